@@ -1,0 +1,121 @@
+"""What the user asked for: parsed once, validated once, frozen."""
+from __future__ import annotations
+
+import argparse
+import re
+import shlex
+from dataclasses import dataclass
+
+__all__ = ["RunOptions", "OptionsError", "parse_options", "options_help"]
+
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+DEFAULT_MAX_PAYLOAD_MB = 512.0
+DEFAULT_MAX_VALUE_MB = 512.0
+
+
+class OptionsError(ValueError):
+    """Bad magic arguments; the message names the option and what to write instead."""
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    n: int = 2
+    gpu: bool = False
+    output: str | None = None
+    timeout: float | None = None
+    local: bool = False
+    backend_threads: int | None = None
+    max_payload_mb: float = DEFAULT_MAX_PAYLOAD_MB
+    max_value_mb: float = DEFAULT_MAX_VALUE_MB
+    all_ranks: bool = False
+    quiet: bool = False
+    script: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.n, int) or isinstance(self.n, bool) or self.n < 1:
+            raise OptionsError(f"-n/--nprocs must be a whole number of ranks >= 1, got {self.n!r}")
+        if self.output is not None and not _IDENT.match(self.output):
+            raise OptionsError(f"-o/--output must be a Python name to store the value in, got {self.output!r}")
+        if self.timeout is not None and not self.timeout > 0:
+            raise OptionsError(f"--timeout must be a number of seconds > 0, got {self.timeout!r}")
+        if self.backend_threads is not None and self.backend_threads < 1:
+            raise OptionsError(f"--threads must be >= 1, got {self.backend_threads!r}")
+        if not self.max_payload_mb > 0:
+            raise OptionsError(f"--max-payload-mb must be > 0, got {self.max_payload_mb!r}")
+        if not self.max_value_mb > 0:
+            raise OptionsError(f"--max-value-mb must be > 0, got {self.max_value_mb!r}")
+
+    def summary(self) -> dict[str, object]:
+        """JSON-able view of the options, for reports."""
+        return {
+            "n": self.n, "gpu": self.gpu, "output": self.output, "timeout": self.timeout,
+            "local": self.local, "all_ranks": self.all_ranks,
+            "script": list(self.script) or None,
+        }
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise OptionsError(f"{message}\n\n{self.format_usage().strip()}\nSee %%distribute? for every option.")
+
+    def exit(self, status: int = 0, message: str | None = None) -> None:  # type: ignore[override]
+        raise OptionsError(message or self.format_help())
+
+
+def _positive_number(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+
+
+def _build_parser() -> _Parser:
+    p = _Parser(
+        prog="%%distribute",
+        description=(
+            "Run the cell as N ranks of a distributed PyTorch job (Spark barrier tasks, DDP). "
+            "The cell's last expression (or a `return`) is the value, taken from rank 0."
+        ),
+        add_help=False,
+    )
+    p.add_argument("-n", "--nprocs", dest="n", type=int, default=2, metavar="N",
+                   help="number of ranks (default 2)")
+    p.add_argument("--gpu", action="store_true",
+                   help="one GPU per rank, NCCL backend (default: CPU, gloo)")
+    p.add_argument("-o", "--output", metavar="NAME",
+                   help="also store the value in the notebook variable NAME")
+    p.add_argument("--timeout", type=_positive_number, metavar="SECONDS",
+                   help="stop the run and fail after SECONDS")
+    p.add_argument("--local", action="store_true",
+                   help="no Spark: N processes on this machine")
+    p.add_argument("--threads", dest="backend_threads", type=int, metavar="T",
+                   help="torch CPU threads per rank (default: cores on the host / ranks on the host)")
+    p.add_argument("--max-payload-mb", type=_positive_number, default=DEFAULT_MAX_PAYLOAD_MB, metavar="MB",
+                   help=f"largest captured payload to ship (default {DEFAULT_MAX_PAYLOAD_MB:g})")
+    p.add_argument("--max-value-mb", type=_positive_number, default=DEFAULT_MAX_VALUE_MB, metavar="MB",
+                   help=f"largest value to bring back (default {DEFAULT_MAX_VALUE_MB:g})")
+    p.add_argument("--all-ranks", action="store_true",
+                   help="return a list with every rank's value instead of rank 0's")
+    p.add_argument("-q", "--quiet", action="store_true", help="no live view")
+    p.add_argument("script", nargs=argparse.REMAINDER,
+                   help="(line magic only) a script and its arguments, run as torchrun would")
+    return p
+
+
+_PARSER = _build_parser()
+
+
+def options_help() -> str:
+    return _PARSER.format_help()
+
+
+def parse_options(line: str) -> RunOptions:
+    """Parse a magic's argument line into validated options."""
+    try:
+        argv = shlex.split(line)
+    except ValueError as exc:
+        raise OptionsError(f"could not split the arguments: {exc}") from None
+    ns = _PARSER.parse_args(argv)
+    values = vars(ns)
+    values["script"] = tuple(values.get("script") or ())
+    return RunOptions(**values)

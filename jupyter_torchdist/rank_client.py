@@ -1,0 +1,133 @@
+"""A rank's end of the live channel.
+
+Training code only ever appends to in-memory queues (``post``); one sender thread moves
+batches to the socket. Progress is droppable, oldest first, when the kernel is slow; logs
+are kept up to a byte budget; results and failures are sent synchronously at the end.
+Nothing here raises into training code.
+"""
+from __future__ import annotations
+
+import collections
+import hmac
+import socket
+import ssl
+import threading
+from typing import Any
+
+from . import protocol as P
+
+__all__ = ["RankClient", "connect"]
+
+PROGRESS_QUEUE = 256
+LOG_BUDGET_BYTES = 8 << 20
+
+
+def connect(address: tuple[str, int], secret: bytes, rank: int, role: bytes, *,
+            timeout: float = 30.0, ssl_context: ssl.SSLContext | None = None) -> socket.socket:
+    """Open an authenticated connection to the kernel (mutual HMAC challenge)."""
+    sock = socket.create_connection(address, timeout=timeout)
+    try:
+        if ssl_context is not None:
+            sock = ssl_context.wrap_socket(sock, server_hostname=address[0])
+        greeting = P.recv_exact(sock, len(P.MAGIC) + P.NONCE_LEN)
+        if not greeting.startswith(P.MAGIC):
+            raise P.ProtocolError("not a jupyter-torchdist channel")
+        nonce = greeting[len(P.MAGIC):]
+        sock.sendall(role + rank.to_bytes(4, "big") + P.client_mac(secret, nonce, role, rank))
+        reply = P.recv_exact(sock, 2 + P.MAC_LEN)
+        if reply[:2] != b"OK" or not hmac.compare_digest(reply[2:], P.server_mac(secret, nonce)):
+            raise P.ProtocolError("the kernel refused this rank (wrong run secret?)")
+        sock.settimeout(None)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return sock
+    except BaseException:
+        sock.close()
+        raise
+
+
+def _plain(value: Any) -> Any:
+    """A metric as a plain number or short string; tensors are read here, off the training thread."""
+    if isinstance(value, (bool, int, float, str)) or value is None:
+        return value if not isinstance(value, str) else value[:80]
+    item = getattr(value, "item", None)
+    if callable(item):
+        try:
+            return item()
+        except Exception:
+            pass
+    return str(value)[:80]
+
+
+class RankClient:
+    """Non-blocking reporting from training code to the kernel."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.dropped_progress = 0
+        self.dropped_log_bytes = 0
+        self._progress: collections.deque[dict[str, Any]] = collections.deque(maxlen=PROGRESS_QUEUE)
+        self._logs: collections.deque[dict[str, Any]] = collections.deque()
+        self._log_bytes = 0
+        self._cond = threading.Condition()
+        self._closing = False
+        self._broken = False
+        self._thread = threading.Thread(target=self._run, name="jtd-sender", daemon=True)
+        self._thread.start()
+
+    def post_progress(self, msg: dict[str, Any]) -> None:
+        """Queue a progress message; if the queue is full the oldest one is dropped."""
+        with self._cond:
+            if len(self._progress) == PROGRESS_QUEUE:
+                self.dropped_progress += 1
+            self._progress.append(msg)
+            self._cond.notify()
+
+    def post_log(self, msg: dict[str, Any]) -> None:
+        """Queue a log line; past the byte budget lines are counted, not kept."""
+        size = len(msg.get("text", ""))
+        with self._cond:
+            if self._log_bytes + size > LOG_BUDGET_BYTES:
+                self.dropped_log_bytes += size
+                return
+            self._log_bytes += size
+            self._logs.append(msg)
+            self._cond.notify()
+
+    def _take(self) -> list[dict[str, Any]] | None:
+        with self._cond:
+            while not (self._progress or self._logs or self._closing):
+                self._cond.wait()
+            if not (self._progress or self._logs):
+                return None
+            batch = list(self._logs) + list(self._progress)
+            self._logs.clear()
+            self._progress.clear()
+            self._log_bytes = 0
+            return batch
+
+    def _run(self) -> None:
+        while True:
+            batch = self._take()
+            if batch is None:
+                return
+            if self._broken:
+                continue
+            try:
+                for msg in batch:
+                    if msg.get("t") == "progress" and msg.get("metrics"):
+                        msg["metrics"] = {str(k): _plain(v) for k, v in msg["metrics"].items()}
+                P.send_frame(self.sock, batch)
+            except Exception:
+                self._broken = True  # the kernel went away; training goes on, reports are dropped
+
+    def finish(self, final: list[dict[str, Any]]) -> None:
+        """Flush what is queued, then send the final messages synchronously."""
+        with self._cond:
+            self._closing = True
+            self._cond.notify()
+        self._thread.join()
+        if self.dropped_progress or self.dropped_log_bytes:
+            final = [{"t": "dropped", "progress": self.dropped_progress,
+                      "log_bytes": self.dropped_log_bytes}] + final
+        if not self._broken:
+            P.send_frame(self.sock, final)

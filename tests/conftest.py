@@ -1,0 +1,74 @@
+"""Shared fixtures: one embedded SparkSession for the whole test session, and leak counters."""
+from __future__ import annotations
+
+import os
+import threading
+
+import pytest
+
+os.environ.setdefault("JUPYTER_TORCHDIST_WARMUP", "0")
+
+import cloudpickle  # noqa: E402
+
+from . import helpers  # noqa: E402
+
+cloudpickle.register_pickle_by_value(helpers)  # the ranks cannot import the tests package
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """The embedded local SparkSession the magic itself would start (4 slots), stopped at the end."""
+    pytest.importorskip("pyspark")
+    from jupyter_torchdist.launchers import spark as backend
+
+    session, embedded = backend.get_session(4)
+    assert embedded
+    yield session
+    backend.stop_embedded_session()
+
+
+def _children() -> set[int]:
+    """Every live descendant process of this test process."""
+    me = os.getpid()
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] != "Z":
+            parents[int(entry)] = int(fields[1])
+    out: set[int] = set()
+    frontier = {me}
+    while frontier:
+        frontier = {pid for pid, ppid in parents.items() if ppid in frontier} - out
+        out |= frontier
+    return out
+
+
+def _fd_targets() -> list[str]:
+    out = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            out.append(os.readlink(f"/proc/self/fd/{fd}"))
+        except OSError:
+            pass  # the fd listing itself, closed meanwhile
+    return out
+
+
+def resource_counts() -> dict[str, int]:
+    targets = _fd_targets()
+    return {
+        "threads": threading.active_count(),
+        "fds": len(targets),
+        "sockets": sum(1 for t in targets if t.startswith("socket:")),
+        "children": len(_children()),
+    }
+
+
+@pytest.fixture
+def descendants():
+    return _children
