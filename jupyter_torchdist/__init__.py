@@ -8,7 +8,7 @@ from typing import Any
 
 from .api import run, run_detailed
 from .errors import DistributeError, LaunchError, RunFailed, RunInterrupted, RunTimeout
-from .rank import (barrier, device, is_main, local_rank, local_world_size, main_first, on_main, rank, report,
+from .rank_api import (barrier, device, is_main, local_rank, local_world_size, main_first, on_main, rank, report,
                    world_size)
 
 __version__ = "0.1.0"

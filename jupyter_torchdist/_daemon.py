@@ -20,6 +20,8 @@ import cloudpickle  # noqa: F401
 
 import jupyter_torchdist.agent  # noqa: F401
 
+jupyter_torchdist.agent.preload()
+
 if __name__ == "__main__":
     from pyspark.daemon import manager
 

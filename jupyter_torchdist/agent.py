@@ -40,8 +40,23 @@ def _wait(proc: Any, sock: socket.socket) -> bool:
                 proc.kill_group()
 
 
+def preload() -> None:
+    """Import what every rank needs here, before forking: a reused worker then forks warm."""
+    import cloudpickle  # noqa: F401
+    import torch  # noqa: F401
+    import torch.distributed  # noqa: F401
+    import torch.nn.parallel  # noqa: F401
+
+    for optional in ("torch._dynamo", "tqdm.std", "tqdm.auto"):
+        try:
+            __import__(optional)
+        except Exception:
+            pass
+
+
 def run_agent(plan: RunPlan, rank: int, gpu_address: str | None = None) -> dict[str, Any]:
     """Run rank ``rank`` in a forked child and report its end. Returns how it ended."""
+    preload()
     proc = fork_rank(lambda: rank_main(plan, rank, gpu_address))
     try:
         sock = connect(plan.address, plan.secret, rank, P.ROLE_AGENT)

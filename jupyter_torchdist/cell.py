@@ -49,6 +49,10 @@ def _wrap(tree: ast.Module) -> ast.Module:
                 f"line {node.lineno}: `global`/`nonlocal` at the top of a %%distribute cell has no meaning "
                 "on the ranks; return the value instead (or use -o NAME to store it)."
             )
+    if any(isinstance(n, ast.Name) and n.id == "get_ipython" for n in ast.walk(ast.Module(body=body, type_ignores=[]))):
+        # IPython syntax (!cmd, magics) calls get_ipython(): the ranks get their own (rank_shell.py)
+        body.insert(0, ast.copy_location(ast.ImportFrom(
+            module="jupyter_torchdist.rank_shell", names=[ast.alias(name="get_ipython")], level=0), body[0]))
     extra: dict[str, Any] = {"type_params": []} if sys.version_info >= (3, 12) else {}
     func = ast.FunctionDef(
         name=FUNC_NAME,
@@ -61,23 +65,33 @@ def _wrap(tree: ast.Module) -> ast.Module:
     return ast.fix_missing_locations(module)
 
 
-def compile_cell(source: str, namespace: dict[str, Any], *, filename: str | None = None) -> CellFunction:
-    """Compile (already IPython-transformed) cell source into a zero-argument function."""
+def compile_cell(source: str, namespace: dict[str, Any], *, filename: str | None = None,
+                 header: str | None = None) -> CellFunction:
+    """Compile (already IPython-transformed) cell source into a zero-argument function.
+
+    ``header`` is the cell's magic line: it stays line 1 so tracebacks use the notebook's numbering.
+    """
     filename = filename or f"<distribute-cell-{next(_counter)}>"
+    offset = 0 if header is None else 1
     try:
         tree = ast.parse(source, filename=filename)
+        ast.increment_lineno(tree, offset)
         code = compile(_wrap(tree), filename, "exec")
     except CellSyntaxError:
         raise
     except SyntaxError as exc:
-        err = CellSyntaxError(exc.msg, (filename, exc.lineno, exc.offset, exc.text, exc.end_lineno, exc.end_offset))
+        lineno = None if exc.lineno is None else exc.lineno + offset
+        end = None if exc.end_lineno is None else exc.end_lineno + offset
+        err = CellSyntaxError(exc.msg, (filename, lineno, exc.offset, exc.text, end, exc.end_offset))
         raise err from None
     fn_code = next(c for c in code.co_consts if isinstance(c, types.CodeType) and c.co_name == FUNC_NAME)
     if fn_code.co_flags & (inspect.CO_GENERATOR | inspect.CO_ASYNC_GENERATOR | inspect.CO_COROUTINE):
         raise CellSyntaxError("a %%distribute cell cannot `yield` or `await` at its top level; "
                               "collect the values in a list and return it")
+    fn_code = fn_code.replace(co_name="<cell>", **({"co_qualname": "<cell>"} if sys.version_info >= (3, 11) else {}))
     fn = types.FunctionType(fn_code, namespace, FUNC_NAME)
     fn.__module__ = "__main__"
     fn.__qualname__ = FUNC_NAME
-    register_source(filename, source)
-    return CellFunction(fn=fn, source=source, filename=filename)
+    full = source if header is None else header.rstrip("\n") + "\n" + source
+    register_source(filename, full)
+    return CellFunction(fn=fn, source=full, filename=filename)

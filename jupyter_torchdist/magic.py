@@ -53,11 +53,13 @@ class DistributeMagics(Magics):
         if cell is not None:
             source = self.shell.transform_cell(cell)
             try:
-                compiled = compile_cell(source, self.shell.user_ns)
+                compiled = compile_cell(source, self.shell.user_ns, header=f"%%distribute {line}",
+                                        filename=f"Cell In[{self.shell.execution_count}]")
             except CellSyntaxError as exc:
                 self.shell.showsyntaxerror(filename=exc.filename)
                 return None
-            fn, filename, title = compiled.fn, compiled.filename, f"%%distribute {line}".strip()
+            fn, filename, source = compiled.fn, compiled.filename, compiled.source
+            title = f"%%distribute {line}".strip()
         else:
             fn, title = _script_payload(options)
             filename, source = "<script>", ""

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import protocol as P
-from . import rank as rank_api
+from . import rank_api
 from .cell import register_source
 from .rank_client import RankClient, connect
 

@@ -29,7 +29,11 @@ def spark():
 
 def _children() -> set[int]:
     """Every live descendant process of this test process."""
-    me = os.getpid()
+    return descendants_of(os.getpid())
+
+
+def descendants_of(me: int) -> set[int]:
+    """Every live (non-zombie) descendant of process ``me``."""
     parents: dict[int, int] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():

@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 from ..channel import Inbound
 from ..errors import LaunchError
+from ..gpus import pick_gpu, visible_gpus
 from ..options import RunOptions
 from ..rank_main import RunPlan
 from .base import JOB_END, LaunchInfo, Launcher
@@ -165,37 +166,12 @@ def _rank_task(plan: RunPlan, local_gpus: list[str] | None, _: Any) -> Any:
     yield run_agent(plan, rank, gpu)
 
 
-def pick_gpu(rank: int, resources: dict[str, Any], local_gpus: list[str] | None) -> str:
-    """A cluster task's own GPU from its resources; on a local master, by rank from the driver's list."""
-    res = resources.get("gpu") if resources else None
-    addresses = list(getattr(res, "addresses", None) or [])
-    if addresses:
-        return str(addresses[0])
-    if local_gpus:
-        return str(local_gpus[rank % len(local_gpus)])
-    raise RuntimeError("this task has no GPU: set spark.task.resource.gpu.amount=1 and "
-                       "spark.executor.resource.gpu.amount (with a discovery script) on the cluster")
-
-
 def _error_summary(exc: BaseException) -> str:
     """The useful lines of a Spark/py4j error, without the JVM stack."""
     text = str(exc)
     keep = [ln for ln in text.splitlines()
             if ln.strip() and not ln.lstrip().startswith(("at ", "...")) and "JVM stacktrace" not in ln]
     return "\n".join(keep[:30])[:4000] or type(exc).__name__
-
-
-def visible_gpus() -> list[str]:
-    """The GPUs this kernel may hand out: CUDA_VISIBLE_DEVICES if set, else every GPU torch sees."""
-    env = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if env is not None:
-        return [g.strip() for g in env.split(",") if g.strip() and g.strip() != "-1"]
-    try:
-        import torch
-
-        return [str(i) for i in range(torch.cuda.device_count())]
-    except Exception:
-        return []
 
 
 class SparkLauncher(Launcher):

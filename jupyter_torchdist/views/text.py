@@ -62,6 +62,6 @@ class TextView:
 
     def finish(self, snapshot: dict[str, Any]) -> None:
         self.update(snapshot)
-        from ..report import report_text
+        from ..run_report import report_text
 
         self._print(report_text(snapshot))

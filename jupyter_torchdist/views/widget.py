@@ -12,7 +12,7 @@ from typing import Any
 import ipywidgets as W
 from IPython.display import display
 
-from ..report import RunReport
+from ..run_report import RunReport
 
 __all__ = ["WidgetView", "table_html", "log_html"]
 

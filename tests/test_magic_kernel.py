@@ -1,0 +1,107 @@
+"""The %%distribute magic in a real IPython kernel, as a notebook uses it."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from .conftest import descendants_of
+from .kernel import Kernel
+
+pytestmark = pytest.mark.spark
+
+
+@pytest.fixture(scope="module")
+def kernel():
+    k = Kernel()
+    r = k.execute("%load_ext jupyter_torchdist")
+    assert r["status"] == "ok", k.text(r)
+    yield k
+    pid = k.pid
+    k.shutdown()
+    assert pid is None or not descendants_of(pid), "processes outlived the kernel"
+
+
+def _ansi_free(text: str) -> str:
+    return re.sub(r"\x1b\[[0-9;]*m", "", text)
+
+
+def test_help_lists_every_option(kernel):
+    r = kernel.execute("%%distribute?\n")
+    page = str(r["payload"])
+    for flag in ("-n", "--gpu", "--output", "--timeout", "--local", "--all-ranks", "--quiet"):
+        assert flag in page
+
+
+def test_cell_value_output_and_notebook_definitions(kernel):
+    r = kernel.execute(
+        "import torch\n"
+        "class Scale:\n    def __init__(self, k):\n        self.k = k\n"
+        "def double(v):\n    return Scale(2).k * v\n"
+        "UNUSED = bytearray(10_000_000)\n")
+    assert r["status"] == "ok"
+    r = kernel.execute(
+        "%%distribute -n 2 -o answer\n"
+        "import torch.distributed as dist\n"
+        "t = torch.tensor([float(dist.get_rank() + 1)])\n"
+        "dist.all_reduce(t)\n"
+        "who = !hostname\n"
+        "print('rank', dist.get_rank(), 'sum', t.item())\n"
+        "{'sum': t.item(), 'double': double(21), 'host_ok': len(who) == 1}\n")
+    assert r["status"] == "ok", kernel.text(r)
+    results = [o for o in r["outputs"] if o["output_type"] == "execute_result"]
+    assert results and "'sum': 3.0" in results[0]["data"]["text/plain"]
+    assert "'double': 42" in results[0]["data"]["text/plain"] and "'host_ok': True" in results[0]["data"]["text/plain"]
+    check = kernel.execute("assert answer == _ == {'sum': 3.0, 'double': 42, 'host_ok': True}; print('ok')")
+    assert check["status"] == "ok", kernel.text(check)
+
+
+def test_widget_is_replaced_by_the_run_report(kernel):
+    r = kernel.execute("%%distribute -n 2\nimport jupyter_torchdist as jt\n"
+                       "for i in range(3):\n    jt.report(step=i + 1, total=3, loss=1.0 / (i + 1))\n"
+                       "print('hello from', jt.rank())\n'done'")
+    assert r["status"] == "ok", kernel.text(r)
+    reports = [o for o in r["outputs"] if "application/vnd.jupyter-torchdist.run+json" in o.get("data", {})]
+    assert len(reports) == 1
+    snap = reports[0]["data"]["application/vnd.jupyter-torchdist.run+json"]
+    assert snap["status"] == "succeeded" and [x["state"] for x in snap["ranks"]] == ["done", "done"]
+    assert [x["step"] for x in snap["ranks"]] == [3, 3]
+    assert any("hello from 1" in line for _, line in snap["ranks"][1]["log_tail"])
+    assert "text/html" in reports[0]["data"] and "text/plain" in reports[0]["data"]
+    assert not any("application/vnd.jupyter.widget-view+json" in o.get("data", {}) for o in r["outputs"])
+
+
+def test_failure_names_rank_with_cell_lines_and_kernel_survives(kernel):
+    r = kernel.execute("%%distribute -n 2\nimport torch.distributed as dist\nx = 1\n"
+                       "if dist.get_rank() == 1:\n    raise KeyError('missing-thing')\n"
+                       "dist.barrier()\nx")
+    assert r["status"] == "error"
+    assert r["error"]["ename"] == "RunFailed"
+    text = _ansi_free("\n".join(r["error"]["traceback"]))
+    assert "rank 1" in text and "KeyError: 'missing-thing'" in text
+    assert "line 5" in text and "raise KeyError('missing-thing')" in text  # the cell's own line
+    assert "py4j" not in text and "pyspark" not in text
+    again = kernel.execute("1 + 1")
+    assert again["status"] == "ok"
+
+
+def test_interrupt_stops_the_run_and_the_kernel_stays(kernel):
+    r = kernel.execute("%%distribute -n 2\nimport time\nwhile True:\n    time.sleep(0.1)\n",
+                       interrupt_after=6.0, timeout=60)
+    assert r["status"] == "error" and r["error"]["ename"] == "RunInterrupted", kernel.text(r)
+    assert r["seconds"] < 6.0 + 10
+    assert kernel.execute("print('still here')")["status"] == "ok"
+
+
+def test_timeout_option(kernel):
+    r = kernel.execute("%%distribute -n 2 --timeout 3\nimport time\ntime.sleep(60)\n", timeout=60)
+    assert r["status"] == "error" and r["error"]["ename"] == "RunTimeout"
+    assert "still running" in r["error"]["evalue"]
+    assert r["seconds"] < 3 + 12
+
+
+def test_usage_errors_are_short(kernel):
+    r = kernel.execute("%%distribute -n zero\n1")
+    text = kernel.text(r)
+    assert r["status"] == "error" and "UsageError" in text and "-n" in text
+    assert "Traceback" not in text  # IPython shows usage errors as one message

@@ -1,0 +1,45 @@
+"""examples/01_quickstart.ipynb, executed in a real kernel by nbclient, as a user would run it."""
+from __future__ import annotations
+
+import pathlib
+
+import pytest
+
+pytestmark = pytest.mark.spark
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+MIME = "application/vnd.jupyter-torchdist.run+json"
+
+
+@pytest.fixture(scope="module")
+def executed():
+    nbformat = pytest.importorskip("nbformat")
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(ROOT / "examples" / "01_quickstart.ipynb", as_version=4)
+    NotebookClient(nb, timeout=300, kernel_name="python3", store_widget_state=True,
+                   resources={"metadata": {"path": str(ROOT / "examples")}}).execute()
+    return nb
+
+
+def test_quickstart_learns_and_returns_losses(executed):
+    outs = [o for c in executed.cells if c.cell_type == "code" for o in c.get("outputs", [])]
+    assert not [o for o in outs if o.output_type == "error"], [o.get("traceback") for o in outs]
+    results = [o for o in outs if o.output_type == "execute_result"]
+    assert results, "the %%distribute cell's value is the cell's output"
+    losses = eval(results[0]["data"]["text/plain"])  # a plain list of floats
+    assert isinstance(losses, list) and len(losses) == 4 and losses[-1] < losses[0]
+
+
+def test_quickstart_leaves_a_report_and_the_live_widget_state(executed):
+    reports = [o for c in executed.cells for o in c.get("outputs", []) if MIME in o.get("data", {})]
+    assert len(reports) == 1
+    snap = reports[0]["data"][MIME]
+    assert snap["status"] == "succeeded" and snap["world_size"] == 2
+    assert all(r["state"] == "done" and r["step"] == r["total"] > 0 for r in snap["ranks"])
+    assert all(r["loss_history"] for r in snap["ranks"])
+    assert any("epoch 3" in line for _, line in snap["ranks"][0]["log_tail"])
+    state = executed.metadata["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]
+    html_values = [m["state"].get("value", "") for m in state.values() if m["model_name"] == "HTMLModel"]
+    table = [v for v in html_values if "jtd-table" in v]
+    assert table and table[-1].count('data-state="done"') == 2, "the live view ended showing both ranks done"

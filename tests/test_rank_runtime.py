@@ -1,0 +1,136 @@
+"""Unit: the rank-side pieces (output capture, tqdm forwarding, the non-blocking reporter)."""
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+
+from jupyter_torchdist import protocol as P
+from jupyter_torchdist import rank_api
+from jupyter_torchdist.errors import RankFailure, RunFailed
+from jupyter_torchdist.rank_client import PROGRESS_QUEUE, RankClient
+from jupyter_torchdist.tqdm_bridge import install
+
+
+def test_fd_capture_catches_print_c_level_and_subprocess_output():
+    code = textwrap.dedent("""
+        import os, subprocess, sys, json
+        from jupyter_torchdist.iocapture import FdCapture
+        lines = []
+        cap = FdCapture(lambda s, t, at: lines.append([s, t]))
+        print("from print")
+        os.write(1, b"raw fd write\\n")
+        subprocess.run(["sh", "-c", "echo from child; echo oops >&2"])
+        sys.stderr.write("progress 1\\rprogress 2\\n")
+        print("no newline at end", end="")
+        cap.close()
+        print(json.dumps(lines))
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    import json
+    lines = json.loads(out.stdout.strip().splitlines()[-1])
+    assert ["stdout", "from print"] in lines
+    assert ["stdout", "raw fd write"] in lines
+    assert ["stdout", "from child"] in lines and ["stderr", "oops"] in lines
+    assert ["stderr", "progress 1"] in lines and ["stderr", "progress 2"] in lines
+    assert ["stdout", "no newline at end"] in lines
+
+
+def test_tqdm_bars_report_progress_instead_of_drawing(monkeypatch):
+    got = []
+    code = textwrap.dedent("""
+        import json, sys
+        from jupyter_torchdist.tqdm_bridge import install
+        got = []
+        install(lambda **kw: got.append(kw))
+        from tqdm import tqdm
+        from tqdm.auto import trange
+        bar = tqdm(range(5), desc="train", mininterval=0)
+        for i in bar:
+            bar.set_postfix(loss=1.0 / (i + 1))
+        for _ in trange(3, mininterval=0):
+            pass
+        assert "tqdm.notebook" not in sys.modules  # the costly front end is patched only if imported
+        from tqdm.notebook import tqdm as nb_tqdm
+        for _ in nb_tqdm(range(2), mininterval=0):
+            pass
+        print(json.dumps(got))
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    got = __import__("json").loads(out.stdout.strip().splitlines()[-1])
+    assert out.stderr.strip() == "", "a forwarded bar must not draw"
+    assert {"step": 5, "total": 5} .items() <= got[-2].items() or any(g["step"] == 5 and g["total"] == 5 for g in got)
+    assert any(g.get("bar") == "train" and isinstance(g.get("loss"), float) for g in got)
+    assert any(g["step"] == 3 and g["total"] == 3 for g in got)
+    assert got[-1]["step"] == 2 and got[-1]["total"] == 2  # tqdm.notebook forwarded too
+
+
+def test_report_is_a_noop_outside_a_run():
+    assert rank_api._sink.post is None
+    rank_api.report(step=1, loss=0.5)  # must not raise
+    assert rank_api.rank() == 0 and rank_api.world_size() == 1 and rank_api.is_main()
+
+
+def test_reporter_never_blocks_when_the_kernel_stalls():
+    a, b = socket.socketpair()
+    a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    client = RankClient(a)
+    done = threading.Event()
+
+    def flood():
+        for i in range(50_000):
+            client.post_progress({"t": "progress", "step": i, "metrics": {"pad": "x" * 50}})
+        done.set()
+
+    t = threading.Thread(target=flood)
+    t.start()
+    assert done.wait(30), "post_progress blocked while nobody read the socket"
+    assert client.dropped_progress > 0  # dropped, oldest first, rather than blocking
+    # the newest progress survives: read everything and finish
+    received = []
+    reader = threading.Thread(target=lambda: _drain(b, received))
+    reader.start()
+    client.finish([{"t": "result", "value": None}])
+    a.close()
+    reader.join(10)
+    flat = [m for frame in received for m in (frame if isinstance(frame, list) else [frame])]
+    assert flat[-1]["t"] == "result", "the final message is never dropped"
+    steps = [m["step"] for m in flat if m.get("t") == "progress"]
+    assert steps[-1] == 49_999 and len(steps) < 50_000
+    assert any(m["t"] == "dropped" and m["progress"] > 0 for m in flat)
+
+
+def _drain(sock, out):
+    try:
+        while True:
+            out.append(P.recv_frame(sock, 1 << 30))
+    except (EOFError, OSError):
+        pass
+
+
+def test_metric_tensors_are_read_off_the_training_thread():
+    import torch
+
+    a, b = socket.socketpair()
+    client = RankClient(a)
+    client.post_progress({"t": "progress", "step": 1, "metrics": {"loss": torch.tensor(0.25), "obj": object()}})
+    client.finish([])
+    a.close()
+    frames = []
+    _drain(b, frames)
+    msg = [m for f in frames for m in f if m["t"] == "progress"][0]
+    assert msg["metrics"]["loss"] == 0.25 and isinstance(msg["metrics"]["obj"], str)
+
+
+def test_run_failed_renders_root_first_and_others_collapsed():
+    failures = {0: RankFailure(0, "h0", "exception", "RuntimeError: Connection closed by peer", "tb0", 2.0, True),
+                2: RankFailure(2, "h2", "exception", "ValueError: real", "Traceback ...\nValueError: real", 3.0)}
+    err = RunFailed(failures, 3)
+    lines = err._render_traceback_()
+    text = "\n".join(lines)
+    assert "rank 2 on h2 failed first: ValueError: real" in lines[0]
+    assert text.index("ValueError: real") < text.index("Other ranks")
+    assert "rank 0 on h0: RuntimeError: Connection closed by peer" in text
+    assert "tb0" not in text  # secondary tracebacks are collapsed to one line
