@@ -1,0 +1,176 @@
+/**
+ * A small inline SVG line chart of the loss per rank. No chart library.
+ */
+const SVG_NS = 'http://www.w3.org/2000/svg';
+
+/** Categorical colours, readable on light and dark themes. */
+export const PALETTE = [
+  '#4c78a8',
+  '#f58518',
+  '#54a24b',
+  '#e45756',
+  '#72b7b2',
+  '#b279a2',
+  '#eeca3b',
+  '#9d755d'
+];
+
+/** One rank's loss curve. */
+export interface ISeries {
+  rank: number;
+  points: Array<[number, number]>;
+}
+
+function svg<K extends keyof SVGElementTagNameMap>(
+  tag: K,
+  attrs: Record<string, string | number>
+): SVGElementTagNameMap[K] {
+  const node = document.createElementNS(SVG_NS, tag);
+  for (const [key, value] of Object.entries(attrs)) {
+    node.setAttribute(key, String(value));
+  }
+  return node;
+}
+
+function label(
+  x: number,
+  y: number,
+  text: string,
+  anchor: 'start' | 'middle' | 'end'
+): SVGTextElement {
+  const node = svg('text', {
+    x,
+    y,
+    'text-anchor': anchor,
+    class: 'jp-TorchDist-chartLabel'
+  });
+  node.textContent = text;
+  return node;
+}
+
+/**
+ * Round axis bounds and a step of 1, 2 or 5 times a power of ten, giving
+ * about `target` intervals that cover [lo, hi].
+ */
+export function niceTicks(
+  lo: number,
+  hi: number,
+  target = 4
+): { lo: number; hi: number; step: number; decimals: number } {
+  if (hi === lo) {
+    const pad = Math.abs(lo) * 0.1 || 0.5;
+    lo -= pad;
+    hi += pad;
+  }
+  const raw = (hi - lo) / target;
+  const power = Math.pow(10, Math.floor(Math.log10(raw)));
+  const unit = raw / power;
+  const step = (unit <= 1 ? 1 : unit <= 2 ? 2 : unit <= 5 ? 5 : 10) * power;
+  const decimals = Math.max(0, -Math.floor(Math.log10(step) + 1e-9));
+  return {
+    lo: Math.floor(lo / step + 1e-9) * step,
+    hi: Math.ceil(hi / step - 1e-9) * step,
+    step,
+    decimals: Math.min(decimals, 8)
+  };
+}
+
+/** Keep finite [x, y] pairs only. */
+export function cleanPoints(raw: unknown): Array<[number, number]> {
+  if (!Array.isArray(raw)) {
+    return [];
+  }
+  const out: Array<[number, number]> = [];
+  for (const p of raw) {
+    if (
+      Array.isArray(p) &&
+      typeof p[0] === 'number' &&
+      typeof p[1] === 'number' &&
+      Number.isFinite(p[0]) &&
+      Number.isFinite(p[1])
+    ) {
+      out.push([p[0], p[1]]);
+    }
+  }
+  return out;
+}
+
+/**
+ * Draw the curves. The SVG scales to its container's width (viewBox), the
+ * stroke width stays constant.
+ */
+export function lossChart(series: ISeries[]): SVGSVGElement {
+  const W = 440;
+  const H = 170;
+  const left = 50;
+  const right = 12;
+  const top = 10;
+  const bottom = 24;
+  let x0 = Infinity;
+  let x1 = -Infinity;
+  let y0 = Infinity;
+  let y1 = -Infinity;
+  for (const s of series) {
+    for (const [x, y] of s.points) {
+      x0 = Math.min(x0, x);
+      x1 = Math.max(x1, x);
+      y0 = Math.min(y0, y);
+      y1 = Math.max(y1, y);
+    }
+  }
+  if (x1 === x0) {
+    x0 -= 0.5;
+    x1 += 0.5;
+  }
+  const ticks = niceTicks(y0, y1);
+  y0 = ticks.lo;
+  y1 = ticks.hi;
+  const sx = (x: number): number => left + ((x - x0) / (x1 - x0)) * (W - left - right);
+  const sy = (y: number): number => top + (1 - (y - y0) / (y1 - y0)) * (H - top - bottom);
+
+  const root = svg('svg', {
+    viewBox: `0 0 ${W} ${H}`,
+    class: 'jp-TorchDist-chart',
+    role: 'img',
+    'aria-label': 'loss per rank'
+  });
+
+  // Grid and y labels at round values.
+  for (let v = ticks.lo; v <= ticks.hi + ticks.step / 2; v += ticks.step) {
+    const y = sy(v);
+    root.appendChild(
+      svg('line', { x1: left, x2: W - right, y1: y, y2: y, class: 'jp-TorchDist-chartGrid' })
+    );
+    root.appendChild(label(left - 6, y + 3.5, v.toFixed(ticks.decimals), 'end'));
+  }
+  // X axis labels: first and last step.
+  const xFirst = Math.ceil(x0);
+  const xLast = Math.floor(x1);
+  root.appendChild(label(sx(xFirst), H - 6, `step ${xFirst}`, 'start'));
+  if (xLast > xFirst) {
+    root.appendChild(label(sx(xLast), H - 6, String(xLast), 'end'));
+  }
+
+  const many = series.length > PALETTE.length;
+  series.forEach((s, i) => {
+    const colour = PALETTE[(many ? s.rank : i) % PALETTE.length];
+    const common = {
+      stroke: colour,
+      fill: 'none',
+      'vector-effect': 'non-scaling-stroke',
+      'stroke-opacity': many ? 0.55 : 0.95
+    };
+    if (s.points.length === 1) {
+      const [x, y] = s.points[0];
+      root.appendChild(svg('circle', { cx: sx(x), cy: sy(y), r: 2.5, fill: colour }));
+      return;
+    }
+    const pts = s.points.map(([x, y]) => `${sx(x).toFixed(1)},${sy(y).toFixed(1)}`).join(' ');
+    const line = svg('polyline', { ...common, points: pts, 'stroke-width': 1.6 });
+    const title = svg('title', {});
+    title.textContent = `rank ${s.rank}`;
+    line.appendChild(title);
+    root.appendChild(line);
+  });
+  return root;
+}
