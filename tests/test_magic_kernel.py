@@ -89,7 +89,7 @@ def test_interrupt_stops_the_run_and_the_kernel_stays(kernel):
     r = kernel.execute("%%distribute -n 2\nimport time\nwhile True:\n    time.sleep(0.1)\n",
                        interrupt_after=6.0, timeout=60)
     assert r["status"] == "error" and r["error"]["ename"] == "RunInterrupted", kernel.text(r)
-    assert r["seconds"] < 6.0 + 10
+    assert r["seconds"] < 6.0 + 30  # generous: CI machines can be loaded
     assert kernel.execute("print('still here')")["status"] == "ok"
 
 
@@ -97,7 +97,7 @@ def test_timeout_option(kernel):
     r = kernel.execute("%%distribute -n 2 --timeout 3\nimport time\ntime.sleep(60)\n", timeout=60)
     assert r["status"] == "error" and r["error"]["ename"] == "RunTimeout"
     assert "still running" in r["error"]["evalue"]
-    assert r["seconds"] < 3 + 12
+    assert r["seconds"] < 3 + 30
 
 
 def test_usage_errors_are_short(kernel):

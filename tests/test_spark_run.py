@@ -59,7 +59,7 @@ def test_raising_rank_is_root_cause_with_its_traceback(spark):
     assert "fail_on" in err.root.traceback and "jupyter_torchdist" not in err.root.traceback
     rendered = "\n".join(err._render_traceback_())
     assert "rank 1" in rendered and "root cause" in rendered
-    assert took < 30, f"failure took {took:.1f}s to surface"
+    assert took < 60, f"failure took {took:.1f}s to surface"
 
 
 @pytest.mark.parametrize("how, expect", [("exit", "code 7"), ("kill", "SIGKILL")])
@@ -74,7 +74,7 @@ def test_timeout_stops_every_rank(spark, tmp_path):
     t0 = time.monotonic()
     with pytest.raises(RunTimeout) as info:
         jt.run(helpers.sleep_forever, str(tmp_path), n=2, timeout=4)
-    assert time.monotonic() - t0 < 4 + 10
+    assert time.monotonic() - t0 < 4 + 30
     assert "still running" in str(info.value) and "[0, 1]" in str(info.value)
     pids = [int(p.read_text()) for p in tmp_path.glob("pid-*")]
     assert len(pids) == 2
@@ -99,7 +99,7 @@ def test_interrupt_stops_every_rank_and_keeps_other_jobs(spark, tmp_path):
     assert other.get("count") == 2, "cancelling our run must not cancel other Spark jobs"
     pids = [int(p.read_text()) for p in tmp_path.glob("pid-*")]
     assert len(pids) == 2 and not any(_alive(p) for p in pids)
-    assert stopped_in < 8
+    assert stopped_in < 30
 
 
 def test_reruns_leak_nothing(spark, descendants):
