@@ -59,7 +59,7 @@ def run_agent(plan: RunPlan, rank: int, gpu_address: str | None = None) -> dict[
     preload()
     proc = fork_rank(lambda: rank_main(plan, rank, gpu_address))
     try:
-        sock = connect(plan.address, plan.secret, rank, P.ROLE_AGENT)
+        sock = connect(plan.address, plan.secret, rank, P.ROLE_AGENT, tls=plan.tls)
     except BaseException:
         proc.kill_group()
         proc.wait()

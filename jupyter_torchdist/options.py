@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import argparse
+import difflib
+import math
 import re
 import shlex
 from dataclasses import dataclass
@@ -32,18 +34,22 @@ class RunOptions:
     script: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        if not isinstance(self.n, int) or isinstance(self.n, bool) or self.n < 1:
-            raise OptionsError(f"-n/--nprocs must be a whole number of ranks >= 1, got {self.n!r}")
+        if not _whole(self.n) or self.n < 1:
+            raise OptionsError(f"-n/--nprocs must be a whole number of ranks >= 1 (e.g. -n 2), got {self.n!r}")
         if self.output is not None and not _IDENT.match(self.output):
-            raise OptionsError(f"-o/--output must be a Python name to store the value in, got {self.output!r}")
-        if self.timeout is not None and not self.timeout > 0:
-            raise OptionsError(f"--timeout must be a number of seconds > 0, got {self.timeout!r}")
-        if self.backend_threads is not None and self.backend_threads < 1:
-            raise OptionsError(f"--threads must be >= 1, got {self.backend_threads!r}")
-        if not self.max_payload_mb > 0:
-            raise OptionsError(f"--max-payload-mb must be > 0, got {self.max_payload_mb!r}")
-        if not self.max_value_mb > 0:
-            raise OptionsError(f"--max-value-mb must be > 0, got {self.max_value_mb!r}")
+            raise OptionsError(f"-o/--output must be a Python name to store the value in (e.g. -o model), "
+                               f"got {self.output!r}")
+        if self.timeout is not None and not _finite_positive(self.timeout):
+            raise OptionsError(f"--timeout must be a number of seconds > 0 (e.g. --timeout 600), got {self.timeout!r}")
+        if self.backend_threads is not None and (not _whole(self.backend_threads) or self.backend_threads < 1):
+            raise OptionsError(f"--threads must be a whole number >= 1 (e.g. --threads 4), "
+                               f"got {self.backend_threads!r}")
+        if not _finite_positive(self.max_payload_mb):
+            raise OptionsError(f"--max-payload-mb must be a number of megabytes > 0 (e.g. --max-payload-mb 1024), "
+                               f"got {self.max_payload_mb!r}")
+        if not _finite_positive(self.max_value_mb):
+            raise OptionsError(f"--max-value-mb must be a number of megabytes > 0 (e.g. --max-value-mb 1024), "
+                               f"got {self.max_value_mb!r}")
 
     def summary(self) -> dict[str, object]:
         """JSON-able view of the options, for reports."""
@@ -54,9 +60,30 @@ class RunOptions:
         }
 
 
+def _whole(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _finite_positive(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
-        raise OptionsError(f"{message}\n\n{self.format_usage().strip()}\nSee %%distribute? for every option.")
+        raise OptionsError(f"{self._suggest(message)}\n\n{self.format_usage().strip()}\n"
+                           "See %%distribute? for every option.")
+
+    def _suggest(self, message: str) -> str:
+        """Add "did you mean" for misspelt flags (argparse lists them after 'unrecognized arguments:')."""
+        prefix = "unrecognized arguments: "
+        if not message.startswith(prefix):
+            return message
+        known = [s for action in self._actions for s in action.option_strings]
+        words = []
+        for token in message[len(prefix):].split():
+            close = difflib.get_close_matches(token.split("=", 1)[0], known, n=1) if token.startswith("-") else []
+            words.append(f"{token} (did you mean {close[0]}?)" if close else token)
+        return prefix + " ".join(words)
 
     def exit(self, status: int = 0, message: str | None = None) -> None:  # type: ignore[override]
         raise OptionsError(message or self.format_help())
@@ -64,9 +91,19 @@ class _Parser(argparse.ArgumentParser):
 
 def _positive_number(text: str) -> float:
     try:
-        return float(text)
+        value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return value
+
+
+def _whole_number(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
 
 
 def _build_parser() -> _Parser:
@@ -78,7 +115,7 @@ def _build_parser() -> _Parser:
         ),
         add_help=False,
     )
-    p.add_argument("-n", "--nprocs", dest="n", type=int, default=2, metavar="N",
+    p.add_argument("-n", "--nprocs", dest="n", type=_whole_number, default=2, metavar="N",
                    help="number of ranks (default 2)")
     p.add_argument("--gpu", action="store_true",
                    help="one GPU per rank, NCCL backend (default: CPU, gloo)")
@@ -88,7 +125,7 @@ def _build_parser() -> _Parser:
                    help="stop the run and fail after SECONDS")
     p.add_argument("--local", action="store_true",
                    help="no Spark: N processes on this machine")
-    p.add_argument("--threads", dest="backend_threads", type=int, metavar="T",
+    p.add_argument("--threads", dest="backend_threads", type=_whole_number, metavar="T",
                    help="torch CPU threads per rank (default: cores on the host / ranks on the host)")
     p.add_argument("--max-payload-mb", type=_positive_number, default=DEFAULT_MAX_PAYLOAD_MB, metavar="MB",
                    help=f"largest captured payload to ship (default {DEFAULT_MAX_PAYLOAD_MB:g})")

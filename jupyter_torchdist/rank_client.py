@@ -10,25 +10,42 @@ from __future__ import annotations
 import collections
 import hmac
 import socket
-import ssl
 import threading
-from typing import Any
+from typing import Any, Union
 
 from . import protocol as P
+from .tls import TLSPin, TLSStream, client_context
 
 __all__ = ["RankClient", "connect"]
 
 PROGRESS_QUEUE = 256
 LOG_BUDGET_BYTES = 8 << 20
 
+Stream = Union[socket.socket, TLSStream]
+
 
 def connect(address: tuple[str, int], secret: bytes, rank: int, role: bytes, *,
-            timeout: float = 30.0, ssl_context: ssl.SSLContext | None = None) -> socket.socket:
-    """Open an authenticated connection to the kernel (mutual HMAC challenge)."""
-    sock = socket.create_connection(address, timeout=timeout)
+            timeout: float = 30.0, tls: TLSPin | None = None) -> Stream:
+    """Open an authenticated connection to the kernel (mutual HMAC challenge).
+
+    With ``tls`` (the run's pinned certificate) the connection is TLS and only that exact
+    certificate is accepted, before any secret-derived byte is sent.
+    """
     try:
-        if ssl_context is not None:
-            sock = ssl_context.wrap_socket(sock, server_hostname=address[0])
+        raw = socket.create_connection(address, timeout=timeout)
+    except OSError as exc:
+        raise ConnectionError(
+            f"rank {rank} on {socket.gethostname()} could not reach the kernel's channel at "
+            f"{address[0]}:{address[1]} ({exc}). Executors must be able to connect to the driver there: "
+            "set spark.driver.host to an address they can reach, and allow that port range in the firewall."
+        ) from None
+    sock: Stream = raw
+    try:
+        if tls is not None:
+            stream = TLSStream(raw, client_context(tls), server_side=False)
+            stream.handshake()
+            stream.check_pin(tls)
+            sock = stream
         greeting = P.recv_exact(sock, len(P.MAGIC) + P.NONCE_LEN)
         if not greeting.startswith(P.MAGIC):
             raise P.ProtocolError("not a jupyter-torchdist channel")
@@ -37,11 +54,16 @@ def connect(address: tuple[str, int], secret: bytes, rank: int, role: bytes, *,
         reply = P.recv_exact(sock, 2 + P.MAC_LEN)
         if reply[:2] != b"OK" or not hmac.compare_digest(reply[2:], P.server_mac(secret, nonce)):
             raise P.ProtocolError("the kernel refused this rank (wrong run secret?)")
-        sock.settimeout(None)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        raw.settimeout(None)
+        raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return sock
+    except EOFError:
+        raw.close()
+        raise P.ProtocolError(f"the kernel at {address[0]}:{address[1]} closed the connection during the "
+                              "handshake: it refused this rank (another run's secret, or this rank is "
+                              "already connected)") from None
     except BaseException:
-        sock.close()
+        raw.close()
         raise
 
 
@@ -61,7 +83,7 @@ def _plain(value: Any) -> Any:
 class RankClient:
     """Non-blocking reporting from training code to the kernel."""
 
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: Stream) -> None:
         self.sock = sock
         self.dropped_progress = 0
         self.dropped_log_bytes = 0

@@ -17,6 +17,7 @@ from . import protocol as P
 from . import rank_api
 from .cell import register_source
 from .rank_client import RankClient, connect
+from .tls import TLSPin
 
 __all__ = ["RunPlan", "rank_main"]
 
@@ -39,6 +40,7 @@ class RunPlan:
     all_ranks: bool
     loopback: bool  # every rank is on the kernel's host: keep all traffic on 127.0.0.1
     pg_timeout_s: float = 1800.0
+    tls: TLSPin | None = None  # the run's pinned certificate when the channel runs over TLS
 
 
 def _identity(x: Any) -> Any:
@@ -206,7 +208,7 @@ def rank_main(plan: RunPlan, rank: int, gpu_address: str | None = None) -> int:
     from .iocapture import FdCapture
     from .tqdm_bridge import install as install_tqdm
 
-    sock = connect(plan.address, plan.secret, rank, P.ROLE_RANK)
+    sock = connect(plan.address, plan.secret, rank, P.ROLE_RANK, tls=plan.tls)
     rdv, store = _rendezvous(sock, plan, rank)
     device = _set_env(plan, rank, rdv, gpu_address)
     client = RankClient(sock)

@@ -9,6 +9,7 @@ import contextlib
 import queue
 import secrets
 import signal
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -111,10 +112,8 @@ class _Supervisor:
         self.state.stop_reason = reason
         self.state.status = "stopping"
         self.dirty = True
-        connected = self.server.connected("agent") if self.server else set()
-        for rank in connected:
-            self.server.send(rank, "agent", {"t": "stop", "reason": reason})  # type: ignore[union-attr]
-        if len(connected) < self.state.world_size:
+        told = self.server.stop_all(reason) if self.server else set()  # agents connecting later are told too
+        if len(told) < self.state.world_size:
             self._cancel()  # some tasks have no agent to tell yet: only Spark can stop them
 
     def _cancel(self) -> None:
@@ -236,12 +235,14 @@ def execute(payload: bytes, options: RunOptions, launcher: Launcher, view: RunVi
                      started_at=time.time())
     sup = _Supervisor(options, launcher, view, state)
     max_value = int(options.max_value_mb * (1 << 20))
+    for warning in info.warnings:
+        print(f"jupyter-torchdist warning: {warning}", file=sys.stderr)
     sup.server = ChannelServer(options.n, host=info.channel_host, max_frame=max_value + (8 << 20),
-                               inbox=sup.inbox)
+                               inbox=sup.inbox, tls=info.channel_tls)
     plan = RunPlan(run_id=secrets.token_hex(6), world_size=options.n, address=sup.server.address,
                    secret=sup.server.secret, payload=payload, filename=filename, source=source,
                    gpu=options.gpu, threads=options.backend_threads, max_value_bytes=max_value,
-                   all_ranks=options.all_ranks, loopback=info.loopback)
+                   all_ranks=options.all_ranks, loopback=info.loopback, tls=sup.server.tls_pin)
     deadline = None if options.timeout is None else state.started_at + options.timeout
     result = RunResult(value=None, values=sup.values, state=state)
     try:

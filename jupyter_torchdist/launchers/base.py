@@ -19,6 +19,8 @@ class LaunchInfo:
     label: str            # shown in the view, e.g. "spark local[4]"
     channel_host: str     # where the kernel listens so that ranks can reach it
     loopback: bool        # every rank runs on this host
+    channel_tls: bool = False           # the live channel runs over TLS (tls.py)
+    warnings: tuple[str, ...] = ()      # said once before the run starts (e.g. Spark encrypts, we do not)
 
 
 class Launcher(abc.ABC):

@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 from ..channel import Inbound
 from ..errors import LaunchError
+from ..tls import plaintext_warning, tls_requested
 from ..gpus import pick_gpu, visible_gpus
 from ..options import RunOptions
 from ..rank_main import RunPlan
@@ -216,8 +217,12 @@ class SparkLauncher(Launcher):
         if options.gpu:
             self._check_gpus(options, conf)
         host = "127.0.0.1" if self._local else (conf.get("spark.driver.host", None) or "127.0.0.1")
+        conf_get = lambda key: conf.get(key, None)  # noqa: E731
+        tls_on = tls_requested(conf_get)
+        warning = plaintext_warning(conf_get, tls_on)
         return LaunchInfo(label=f"spark {master}" + (" (embedded)" if embedded else ""),
-                          channel_host=host, loopback=self._local)
+                          channel_host=host, loopback=self._local, channel_tls=tls_on,
+                          warnings=(warning,) if warning else ())
 
     def _check_gpus(self, options: RunOptions, conf: Any) -> None:
         if self._local:

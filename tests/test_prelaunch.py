@@ -1,0 +1,180 @@
+"""Refusals before anything launches: too few slots (fast, naming the keys), our own session restarted
+with more slots instead, dynamic allocation on a cluster, --gpu without GPUs.
+
+One Python process holds one SparkContext, so the slot tests run in a subprocess: an IPython shell where
+the *user* made a ``local[2]`` session, exactly as in a notebook.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+import jupyter_torchdist as jt
+from jupyter_torchdist.errors import LaunchError
+from jupyter_torchdist.launchers import spark as spark_mod
+from jupyter_torchdist.options import RunOptions
+
+SCRIPT = textwrap.dedent(r"""
+    import json, os, sys, time
+    from IPython.core.interactiveshell import InteractiveShell
+    import jupyter_torchdist as jt
+    from jupyter_torchdist.launchers import spark as backend
+
+    def emit(**kw):
+        print("RESULT " + json.dumps(kw), flush=True)
+
+    def tiny():
+        import torch, torch.distributed as dist
+        t = torch.tensor([float(dist.get_rank())])
+        dist.all_reduce(t)
+        return int(t.item())
+
+    # 1. our own embedded session (4 slots) is restarted with enough slots for -n 5
+    first, embedded = backend.get_session(2)
+    first_slots = backend.slots_available(first)
+    t0 = time.monotonic()
+    value = jt.run(tiny, n=5)
+    second = backend._embedded
+    emit(case="embedded", first_slots=first_slots, value=value, slots=backend.slots_available(second),
+         restarted=second is not first, first_stopped=first.sparkContext._jsc is None, seconds=time.monotonic() - t0)
+    backend.stop_embedded_session()
+
+    # 2. the user's own local[2] session: -n 3 is refused at once, through the magic
+    from pyspark.sql import SparkSession
+    user = SparkSession.builder.master("local[2]").appName("users-own").config("spark.ui.enabled", "false") \
+        .getOrCreate()
+    shell = InteractiveShell.instance()
+    shell.run_line_magic("load_ext", "jupyter_torchdist")
+    jobs = lambda: user.sparkContext._jsc.sc().statusStore().jobsList(None).size()  # every job, any group
+    jobs_before = jobs()
+    for case, cell in (("slots", "%%distribute -n 3\n1\n"), ("gpu", "%%distribute -n 2 --gpu\n1\n")):
+        t0 = time.monotonic()
+        result = shell.run_cell(cell)
+        err = result.error_in_exec
+        emit(case=case, seconds=time.monotonic() - t0, error=type(err).__name__, message=str(err),
+             rendered="\n".join(getattr(err, "_render_traceback_", lambda: [])()))
+    submitted = jobs() - jobs_before
+    alive = user.sparkContext.parallelize(range(4), 2).count()
+    emit(case="user_session", alive=alive, master=user.sparkContext.master,
+         same=SparkSession.getActiveSession() is user, jobs=submitted, jobs_after_count=jobs() - jobs_before)
+    user.stop()
+""")
+
+
+@pytest.fixture(scope="module")
+def slot_run(tmp_path_factory):
+    path = tmp_path_factory.mktemp("prelaunch") / "slots.py"
+    path.write_text(SCRIPT)
+    env = dict(os.environ, JUPYTER_TORCHDIST_WARMUP="0", CUDA_VISIBLE_DEVICES="")
+    done = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=240, env=env)
+    results = {}
+    for line in done.stdout.splitlines():
+        if line.startswith("RESULT "):
+            item = json.loads(line[7:])
+            results[item["case"]] = item
+    assert done.returncode == 0 and len(results) == 4, done.stdout[-3000:] + done.stderr[-3000:]
+    return results
+
+
+@pytest.mark.spark
+def test_too_few_slots_is_refused_at_once_naming_the_keys(slot_run):
+    r = slot_run["slots"]
+    assert r["error"] == "LaunchError", r
+    assert r["seconds"] < 10, f"took {r['seconds']:.1f}s: it must never wait for Spark's slot check"
+    msg = r["message"]
+    assert "-n 3" in msg and "local[2]" in msg and "has 2" in msg
+    for key in ("local[N]", "spark.executor.cores", "spark.cores.max", "spark.task.cpus"):
+        assert key in msg
+    assert "Traceback" not in r["rendered"] and "LaunchError" in r["rendered"]
+
+
+@pytest.mark.spark
+def test_users_session_is_left_alone(slot_run):
+    r = slot_run["user_session"]
+    assert r["alive"] == 4 and r["master"] == "local[2]" and r["same"]
+    assert r["jobs"] == 0 and r["jobs_after_count"] == 1  # no Spark job for the refused runs (the counter works)
+
+
+@pytest.mark.spark
+def test_our_embedded_session_is_restarted_with_enough_slots(slot_run):
+    r = slot_run["embedded"]
+    assert r["first_slots"] == 4 and r["restarted"] and r["first_stopped"]
+    assert r["slots"] >= 5 and r["value"] == 0 + 1 + 2 + 3 + 4
+
+
+@pytest.mark.spark
+def test_gpu_without_gpus_is_refused_naming_the_setting(slot_run):
+    r = slot_run["gpu"]
+    assert r["error"] == "LaunchError" and r["seconds"] < 10
+    assert "--gpu" in r["message"] and "CUDA_VISIBLE_DEVICES" in r["message"] and "shows 0" in r["message"]
+
+
+@pytest.mark.spark
+def test_gpu_refused_in_process_without_launching(spark, descendants):
+    before = descendants()
+    t0 = time.monotonic()
+    with pytest.raises(LaunchError, match="CUDA_VISIBLE_DEVICES"):
+        jt.run(len, [1], n=2, gpu=True)
+    assert time.monotonic() - t0 < 5
+    assert descendants() <= before  # nothing was started for it
+
+
+# -- a cluster, faked: the checks only read the session's master and conf ------------------------------
+class _Conf(dict):
+    def get(self, key, default=None):  # SparkConf.get(key, default)
+        return super().get(key, default)
+
+
+class _Context:
+    def __init__(self, master: str, conf: dict[str, str], parallelism: int) -> None:
+        self.master, self._conf, self.defaultParallelism = master, _Conf(conf), parallelism
+
+    def getConf(self) -> _Conf:
+        return self._conf
+
+
+class _Session:
+    def __init__(self, master: str, conf: dict[str, str], parallelism: int = 8) -> None:
+        self.sparkContext = _Context(master, conf, parallelism)
+
+
+def _prepare(monkeypatch, session: _Session, **options):
+    monkeypatch.setattr(spark_mod, "get_session", lambda n: (session, False))
+    return spark_mod.SparkLauncher().prepare(RunOptions(**options))
+
+
+def test_dynamic_allocation_on_a_cluster_is_refused(monkeypatch):
+    session = _Session("spark://10.0.0.1:7077", {"spark.dynamicAllocation.enabled": "true"})
+    with pytest.raises(LaunchError) as info:
+        _prepare(monkeypatch, session, n=2)
+    assert "spark.dynamicAllocation.enabled=false" in str(info.value)
+
+
+def test_dynamic_allocation_is_fine_on_a_local_master(monkeypatch):
+    info = _prepare(monkeypatch, _Session("local[4]", {"spark.dynamicAllocation.enabled": "true"}), n=2)
+    assert info.channel_host == "127.0.0.1" and info.loopback
+
+
+def test_cluster_slots_error_names_the_cluster_keys(monkeypatch):
+    with pytest.raises(LaunchError) as info:
+        _prepare(monkeypatch, _Session("spark://10.0.0.1:7077", {}, parallelism=2), n=3)
+    for key in ("spark.executor.cores", "spark.cores.max", "spark.executor.instances", "spark.task.cpus"):
+        assert key in str(info.value)
+
+
+def test_cluster_gpu_needs_gpu_scheduling_keys(monkeypatch):
+    with pytest.raises(LaunchError) as info:
+        _prepare(monkeypatch, _Session("spark://10.0.0.1:7077", {"spark.driver.host": "10.0.0.2"}), n=2, gpu=True)
+    for key in ("spark.task.resource.gpu.amount", "spark.executor.resource.gpu.amount",
+                "spark.executor.resource.gpu.discoveryScript"):
+        assert key in str(info.value)
+    info = _prepare(monkeypatch, _Session("spark://10.0.0.1:7077", {"spark.driver.host": "10.0.0.2",
+                                                                     "spark.task.resource.gpu.amount": "1"}),
+                    n=2, gpu=True)
+    assert info.channel_host == "10.0.0.2" and not info.loopback  # the channel listens where executors reach
