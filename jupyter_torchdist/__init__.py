@@ -10,13 +10,14 @@ from .api import run, run_detailed
 from .errors import DistributeError, LaunchError, RunFailed, RunInterrupted, RunTimeout
 from .rank_api import (barrier, device, is_main, local_rank, local_world_size, main_first, on_main, rank, report,
                    world_size)
+from .torch_distributor import TorchDistributor
 
 __version__ = "0.1.0"
 
 __all__ = [
     "run", "run_detailed", "report", "rank", "local_rank", "world_size", "local_world_size", "is_main",
     "device", "barrier", "main_first", "on_main", "DistributeError", "LaunchError", "RunFailed",
-    "RunTimeout", "RunInterrupted", "load_ipython_extension", "unload_ipython_extension",
+    "RunTimeout", "RunInterrupted", "TorchDistributor", "load_ipython_extension", "unload_ipython_extension",
 ]
 
 

@@ -1,35 +1,142 @@
-"""A torchrun-style script as a function the ranks can run: its source travels, not its path."""
+"""A torchrun-style script as a call the ranks can run: its source travels, not just its path.
+
+The script runs as ``__main__`` with ``sys.argv`` set, as ``python train.py ARGS`` would run it.
+Its sibling modules (``from model import Net`` next to ``train.py``) are imported from the
+script's folder when the rank's host has it (the kernel's machine, a shared filesystem), and
+otherwise from copies shipped with the script, so a cluster executor needs no copy of the folder.
+"""
 from __future__ import annotations
 
+import importlib.abc
+import importlib.machinery
 import os
 import sys
-from typing import Any, Callable
+import types
+from dataclasses import dataclass, field
+from typing import Any, Sequence
 
-__all__ = ["script_function"]
+from .cell import register_source
 
+__all__ = ["Script", "script_function", "collect_siblings"]
 
-def _run_script(path: str, source: str, args: list[str]) -> Any:
-    """Run the script as ``__main__`` with its arguments, as ``python path args...`` would."""
-    code = compile(source, path, "exec")
-    saved_argv, saved_path = sys.argv[:], sys.path[:]
-    sys.argv = [path, *args]
-    sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
-    namespace: dict[str, Any] = {"__name__": "__main__", "__file__": path, "__builtins__": __builtins__}
-    try:
-        exec(code, namespace)
-    finally:
-        sys.argv, sys.path[:] = saved_argv, saved_path
-    return None
+MAX_SIBLING_BYTES = 8 << 20   # past this, ship none: the folder is a project, not a script's helpers
+MAX_SIBLING_FILES = 300
+_SKIP_DIRS = {"__pycache__", "site-packages", "node_modules"}
 
 
-def script_function(argv: list[str]) -> Callable[[], Any]:
-    """Read ``argv[0]`` here (the kernel) and return a picklable call that runs it on a rank."""
-    path, args = argv[0], list(argv[1:])
+def collect_siblings(folder: str) -> dict[str, str]:
+    """Module name -> source for the .py modules and packages beside a script (bounded; {} if too big)."""
+    found: dict[str, str] = {}
+    total = 0
+
+    def add(path: str, name: str) -> bool:
+        nonlocal total
+        try:
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+        except (OSError, UnicodeDecodeError):
+            return True  # unreadable here: it will not be importable there either
+        total += len(text)
+        found[name] = text
+        return total <= MAX_SIBLING_BYTES and len(found) <= MAX_SIBLING_FILES
+
+    def walk(directory: str, prefix: str) -> bool:
+        try:
+            entries = sorted(os.scandir(directory), key=lambda e: e.name)
+        except OSError:
+            return True
+        for entry in entries:
+            if entry.name.startswith(".") or entry.name in _SKIP_DIRS:
+                continue
+            if entry.is_file() and entry.name.endswith(".py"):
+                stem = entry.name[:-3]
+                key = prefix[:-1] + "/" if stem == "__init__" else prefix + stem  # "pkg/" marks a package
+                if stem.isidentifier() and key != "/" and not add(entry.path, key):
+                    return False
+            elif entry.is_dir() and entry.name.isidentifier() and os.path.isfile(f"{entry.path}/__init__.py"):
+                if not walk(entry.path, f"{prefix}{entry.name}."):
+                    return False
+        return True
+
+    return found if walk(folder, "") else {}
+
+
+class _Shipped(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Imports the shipped sibling modules from memory; keys ending in "/" are packages."""
+
+    def __init__(self, folder: str, modules: dict[str, str]) -> None:
+        self.folder = folder
+        self.sources = {k.rstrip("/"): v for k, v in modules.items()}
+        self.packages = {k[:-1] for k in modules if k.endswith("/")}
+
+    def _filename(self, name: str) -> str:
+        parts = name.split(".")
+        if name in self.packages:
+            return os.path.join(self.folder, *parts, "__init__.py")
+        return os.path.join(self.folder, *parts[:-1], parts[-1] + ".py")
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+        if fullname not in self.sources:
+            return None
+        spec = importlib.machinery.ModuleSpec(fullname, self, origin=self._filename(fullname),
+                                              is_package=fullname in self.packages)
+        spec.has_location = True
+        return spec
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        name = module.__spec__.name  # type: ignore[union-attr]
+        filename = self._filename(name)
+        register_source(filename, self.sources[name])
+        exec(compile(self.sources[name], filename, "exec"), module.__dict__)
+
+
+@dataclass(frozen=True)
+class Script:
+    """``python path args...`` on a rank. Picklable by reference (this module exists on every rank)."""
+    path: str
+    source: str
+    args: tuple[str, ...] = ()
+    siblings: dict[str, str] = field(default_factory=dict)
+
+    def __call__(self) -> None:
+        folder = os.path.dirname(self.path)
+        code = compile(self.source, self.path, "exec")
+        register_source(self.path, self.source)  # tracebacks show the lines even where the file is not
+        main = types.ModuleType("__main__")
+        main.__dict__.update(__file__=self.path, __builtins__=__builtins__, __spec__=None, __loader__=None)
+        saved = sys.argv[:], sys.path[:], list(sys.meta_path), sys.modules.get("__main__")
+        sys.argv = [self.path, *self.args]
+        if os.path.isdir(folder):
+            sys.path.insert(0, folder)
+        elif self.siblings:
+            sys.meta_path.insert(0, _Shipped(folder, self.siblings))
+        sys.modules["__main__"] = main  # pickle and multiprocessing find the script's own classes
+        try:
+            exec(code, main.__dict__)
+        except SystemExit as exc:
+            if exc.code is None or isinstance(exc.code, int):
+                raise
+            print(exc.code, file=sys.stderr)  # sys.exit("message"): Python prints it and exits 1
+            raise SystemExit(1) from None
+        finally:
+            sys.argv, sys.path[:], sys.meta_path[:] = saved[0], saved[1], saved[2]
+            if saved[3] is not None:
+                sys.modules["__main__"] = saved[3]
+
+
+def script_function(argv: Sequence[str]) -> Script:
+    """Read ``argv[0]`` here (the kernel) and return a call that runs it, with ``argv[1:]``, on a rank."""
+    if not argv:
+        raise ValueError("no script given")
+    path = os.path.abspath(argv[0])
     try:
         with open(path, encoding="utf-8") as f:
             source = f.read()
     except OSError as exc:
-        raise FileNotFoundError(f"cannot read the script {path!r}: {exc.strerror}") from None
-    import functools
+        raise FileNotFoundError(f"cannot read the script {argv[0]!r}: {exc.strerror}") from None
+    siblings = {k: v for k, v in collect_siblings(os.path.dirname(path)).items() if k != _stem(path)}
+    return Script(path, source, tuple(str(a) for a in argv[1:]), siblings)
 
-    return functools.partial(_run_script, os.path.abspath(path), source, args)
+
+def _stem(path: str) -> str:
+    return os.path.splitext(os.path.basename(path))[0]
