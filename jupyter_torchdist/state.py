@@ -41,6 +41,8 @@ class RankState:
     failure: RankFailure | None = None
     has_result: bool = False
     agent_exited: bool = False
+    rank_connected: bool = False                # the rank's own connection is open: its messages may be in flight
+    pending_exit: RankFailure | None = None     # the agent saw the rank die; judged once that connection drains
     history: list[tuple[float, float]] = field(default_factory=list)
     _rate_mark: tuple[float, int] | None = None
 
@@ -166,8 +168,23 @@ class RunState:
             return
         how = f"killed by {rs.exit_signal}" if rs.exit_signal else f"exited with code {rs.exit_code}"
         hint = " (out of memory? the kernel's OOM killer sends SIGKILL)" if rs.exit_signal == "SIGKILL" else ""
-        self._fail(rs, RankFailure(rs.rank, rs.host, "exit", f"the rank's process {how}{hint} before "
-                                   "finishing the cell", "", float(msg.get("at") or at), False))
+        failure = RankFailure(rs.rank, rs.host, "exit", f"the rank's process {how}{hint} before finishing the cell",
+                              "", float(msg.get("at") or at), False)
+        if rs.rank_connected:
+            # The agent's socket and the rank's are read by different threads: the rank's result or
+            # traceback may still be on its way. Judge when its connection has drained.
+            rs.pending_exit = failure
+            return
+        self._fail(rs, failure)
+
+    def _on_rank_connected(self, rs: RankState, msg: dict[str, Any], at: float) -> None:
+        rs.rank_connected = True
+
+    def _on_rank_disconnected(self, rs: RankState, msg: dict[str, Any], at: float) -> None:
+        rs.rank_connected = False
+        if rs.pending_exit is not None and rs.state not in FINAL:
+            self._fail(rs, rs.pending_exit)
+        rs.pending_exit = None
 
     def _on_backend_lost(self, rs: RankState, msg: dict[str, Any], at: float) -> None:
         """The launcher lost this rank (executor gone, job failed before it reported)."""
@@ -186,6 +203,13 @@ class RunState:
     def _fail(self, rs: RankState, failure: RankFailure) -> None:
         rs.state, rs.ended_at, rs.failure = "failed", failure.at, failure
         self.failures.setdefault(rs.rank, failure)
+
+    def settle_pending_exits(self) -> None:
+        """The run is over: an exit still waiting for its rank's connection to drain is final now."""
+        for rs in self.ranks:
+            if rs.pending_exit is not None and rs.state not in FINAL:
+                self._fail(rs, rs.pending_exit)
+            rs.pending_exit = None
 
     # -- questions ---------------------------------------------------------------------------
     @property

@@ -179,6 +179,7 @@ class _Supervisor:
 def _close_out(sup: _Supervisor) -> None:
     """Mark ranks we never heard the end of, so the report says what we know."""
     now = time.time()
+    sup.state.settle_pending_exits()
     for rs in sup.state.ranks:
         if rs.settled:
             continue

@@ -167,3 +167,40 @@ def test_value_too_large_to_bring_back_says_its_size_and_what_to_do(spark):
     assert root.rank == 0
     assert "2.5 MB" in root.summary and "over the limit of 1.0 MB" in root.summary and "--max-value-mb" in root.summary
     assert "torch.save" in root.summary and "return the path" in root.summary
+
+
+def test_a_ranks_result_arriving_after_its_agents_exit_report_is_still_a_success(spark, monkeypatch):
+    """Rank and agent talk over two sockets read by two threads: on a busy kernel the agent's "the rank
+    exited" can overtake the rank's own result. Here rank 1's messages are delivered 300 ms late."""
+    import queue
+
+    from jupyter_torchdist import supervisor
+
+    class LateRankOne:
+        """Rank 1's messages go through one forwarding thread, each 300 ms late and in order."""
+
+        def __init__(self, inner) -> None:
+            self.inner, self.late = inner, queue.SimpleQueue()
+            threading.Thread(target=self._forward, daemon=True).start()
+
+        def _forward(self) -> None:
+            while True:
+                due, ev = self.late.get()
+                time.sleep(max(0.0, due - time.monotonic()))  # test-side delay injection, not sync
+                self.inner.put(ev)
+
+        def put(self, ev) -> None:
+            if ev.role == "rank" and ev.rank == 1:
+                self.late.put((time.monotonic() + 0.3, ev))
+            else:
+                self.inner.put(ev)
+
+    real = supervisor.ChannelServer
+
+    class LaggingServer(real):
+        def __init__(self, *args, inbox=None, **kwargs):
+            super().__init__(*args, inbox=LateRankOne(inbox or queue.SimpleQueue()), **kwargs)
+
+    monkeypatch.setattr(supervisor, "ChannelServer", LaggingServer)
+    for _ in range(2):
+        assert jt.run(fh.quick, n=2) == 1

@@ -78,3 +78,27 @@ def test_unknown_messages_are_ignored():
     st.apply(0, "rank", {"t": "no-such-thing"}, 0)
     st.apply(0, "rank", {"t": "progress", "step": "x", "metrics": "y"}, 0)
     assert st.ranks[0].step is None and st.ranks[0].state == "pending"
+
+
+def test_agent_exit_before_the_ranks_own_result_does_not_fail_it():
+    """The agent's and the rank's sockets are read by different threads: the exit may come first."""
+    st = RunState(1)
+    st.apply(0, "rank", {"t": "connected"}, 1.0)
+    st.apply(0, "agent", {"t": "exit", "code": 0, "signal": None, "stopped": False, "at": 2.0}, 2.0)
+    assert st.ranks[0].state != "failed" and not st.failures
+    st.apply(0, "rank", {"t": "result", "value": None, "repr": "1", "at": 1.9}, 2.1)
+    st.apply(0, "rank", {"t": "disconnected"}, 2.2)
+    assert st.ranks[0].state == "done" and not st.failures and st.settled
+
+
+def test_agent_exit_is_a_failure_once_the_ranks_connection_drains_without_a_result():
+    st = RunState(2)
+    st.apply(1, "rank", {"t": "connected"}, 1.0)
+    st.apply(1, "agent", {"t": "exit", "code": 7, "signal": None, "stopped": False, "at": 2.0}, 2.0)
+    assert not st.failures
+    st.apply(1, "rank", {"t": "disconnected"}, 2.1)
+    assert st.failures[1].kind == "exit" and "exited with code 7" in st.failures[1].summary
+    st.apply(0, "rank", {"t": "connected"}, 1.0)
+    st.apply(0, "agent", {"t": "exit", "code": None, "signal": "SIGKILL", "stopped": False, "at": 3.0}, 3.0)
+    st.settle_pending_exits()  # the run ended with rank 0's connection never seen closing
+    assert "SIGKILL" in st.failures[0].summary
