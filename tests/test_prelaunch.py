@@ -130,6 +130,9 @@ class _Conf(dict):
     def get(self, key, default=None):  # SparkConf.get(key, default)
         return super().get(key, default)
 
+    def getAll(self):  # SparkConf.getAll(): [(key, value), ...]
+        return list(self.items())
+
 
 class _Context:
     def __init__(self, master: str, conf: dict[str, str], parallelism: int) -> None:

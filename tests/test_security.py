@@ -17,6 +17,7 @@ from jupyter_torchdist import channel as channel_mod
 from jupyter_torchdist import protocol as P
 from jupyter_torchdist import supervisor, tls
 from jupyter_torchdist.channel import ChannelServer
+from jupyter_torchdist.launchers import spark as spark_launcher
 from jupyter_torchdist.launchers.base import LaunchInfo
 from jupyter_torchdist.rank_client import connect
 from jupyter_torchdist.rank_main import RunPlan
@@ -411,6 +412,7 @@ def test_run_warns_when_spark_encrypts_but_the_channel_does_not(spark, monkeypat
     sc = spark.sparkContext
     conf = sc.getConf().set("spark.network.crypto.enabled", "true")
     monkeypatch.setattr(sc, "getConf", lambda: conf)  # what a session with Spark's encryption on reports
+    monkeypatch.setattr(spark_launcher, "_conf_cache", {})  # read afresh (settings are cached per context)
     monkeypatch.delenv(tls.TLS_ENV, raising=False)
     assert jt.run(fh.quick, n=2) == 1
     err = capsys.readouterr().err

@@ -39,6 +39,20 @@ def _local_slots(master: str) -> int | None:
     return (os.cpu_count() or 1) if m.group(1) == "*" else int(m.group(1))
 
 
+_conf_cache: dict[int, tuple[Any, dict[str, str]]] = {}
+
+
+def _conf_of(sc: Any) -> dict[str, str]:
+    """The SparkContext's settings, read once per context: they cannot change while it lives, and
+    ``sc.getConf()`` costs tens of milliseconds of py4j calls, a tenth of a rerun."""
+    cached = _conf_cache.get(id(sc))
+    if cached is None or cached[0] is not sc:
+        cached = (sc, dict(sc.getConf().getAll()))
+        _conf_cache.clear()
+        _conf_cache[id(sc)] = cached
+    return cached[1]
+
+
 def slots_available(spark: Any) -> int:
     """How many barrier tasks the session can run at once (what Spark's own slot check uses)."""
     sc = spark.sparkContext
@@ -200,7 +214,7 @@ class SparkLauncher(Launcher):
         sc = spark.sparkContext
         master = sc.master
         self._local = master.startswith("local")
-        conf = sc.getConf()
+        conf = _conf_of(sc)
         if not self._local and conf.get("spark.dynamicAllocation.enabled", "false").lower() == "true":
             raise LaunchError(
                 "barrier tasks cannot run with dynamic allocation on a cluster: set "
