@@ -27,10 +27,6 @@ from . import fault_helpers as fh
 cloudpickle.register_pickle_by_value(fh)  # the ranks cannot import the tests package
 
 GREETING = len(P.MAGIC) + P.NONCE_LEN
-# The TLS option reaches real runs through RunPlan.tls and LaunchInfo.channel_tls/warnings (files owned
-# elsewhere); these end-to-end tests switch on once that wiring is in.
-WIRED = "tls" in RunPlan.__dataclass_fields__ and "channel_tls" in LaunchInfo.__dataclass_fields__
-needs_wiring = pytest.mark.skipif(not WIRED, reason="needs the RunPlan.tls / LaunchInfo.channel_tls wiring")
 
 
 class Recorder:
@@ -390,8 +386,7 @@ def test_plaintext_warning_only_when_spark_encrypts_and_we_do_not(conf, tls_on, 
         assert expect in warning and tls.TLS_CONF_KEY in warning and tls.TLS_ENV in warning
 
 
-# -- TLS in a real run (needs the wiring) ------------------------------------------------------------
-@needs_wiring
+# -- TLS in a real run ------------------------------------------------------------
 @pytest.mark.spark
 def test_real_run_over_tls_shows_nothing_on_the_wire(spark, servers, monkeypatch):
     made, recorders, opts = servers
@@ -406,12 +401,11 @@ def test_real_run_over_tls_shows_nothing_on_the_wire(spark, servers, monkeypatch
         assert clear not in wire, clear
 
 
-@needs_wiring
 @pytest.mark.spark
 def test_run_warns_when_spark_encrypts_but_the_channel_does_not(spark, monkeypatch, capsys):
-    sc = spark.sparkContext
-    conf = sc.getConf().set("spark.network.crypto.enabled", "true")
-    monkeypatch.setattr(sc, "getConf", lambda: conf)  # what a session with Spark's encryption on reports
+    real = spark_launcher._read_conf
+    encrypting = lambda sc: {**real(sc), "spark.network.crypto.enabled": "true"}  # noqa: E731
+    monkeypatch.setattr(spark_launcher, "_read_conf", encrypting)  # what a session with Spark's encryption reports
     monkeypatch.setattr(spark_launcher, "_conf_cache", {})  # read afresh (settings are cached per context)
     monkeypatch.delenv(tls.TLS_ENV, raising=False)
     assert jt.run(fh.quick, n=2) == 1

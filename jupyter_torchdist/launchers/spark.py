@@ -47,10 +47,18 @@ def _conf_of(sc: Any) -> dict[str, str]:
     ``sc.getConf()`` costs tens of milliseconds of py4j calls, a tenth of a rerun."""
     cached = _conf_cache.get(id(sc))
     if cached is None or cached[0] is not sc:
-        cached = (sc, dict(sc.getConf().getAll()))
+        cached = (sc, _read_conf(sc))
         _conf_cache.clear()
         _conf_cache[id(sc)] = cached
     return cached[1]
+
+
+def _read_conf(sc: Any) -> dict[str, str]:
+    try:  # one py4j call ("key=value" lines) instead of two per setting
+        text = sc._conf.toDebugString()
+        return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+    except Exception:
+        return dict(sc.getConf().getAll())
 
 
 def slots_available(spark: Any) -> int:
