@@ -303,12 +303,15 @@ class ChannelServer:
             _shutdown(conn.sock)  # a peer that stopped reading is treated as gone
             return False
 
-    def stop_all(self, reason: str) -> set[int]:
-        """Tell every agent to stop its rank, now and on connecting later. Returns the ranks told now."""
+    def stop_all(self, reason: str, spare: "set[int] | frozenset[int]" = frozenset()) -> set[int]:
+        """Tell every agent to stop its rank, now and on connecting later. Returns the ranks told now.
+
+        Ranks in ``spare`` already said how they ended and are exiting by themselves: killing them
+        would only replace their own exit status with our SIGKILL."""
         msg = {"t": "stop", "reason": reason}
         with self._lock:
             self._stop = msg
-            ranks = {r for (r, role) in self._conns if role == "agent"}
+            ranks = {r for (r, role) in self._conns if role == "agent" and r not in spare}
         return {r for r in ranks if self.send(r, "agent", msg)}
 
     def connected(self, role: str) -> set[int]:

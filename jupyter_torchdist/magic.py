@@ -36,6 +36,16 @@ def _script_payload(options: RunOptions) -> tuple[Any, str]:
     return script_function(list(options.script)), f"script {' '.join(options.script)}"
 
 
+
+def _cell_number(shell: Any) -> int:
+    """The running cell's prompt number, as IPython names it in tracebacks ("Cell In[5]").
+
+    IPython 9 counts up before running the cell, IPython 8 after; the displayhook holds the
+    running cell's own ExecutionResult in both."""
+    result = getattr(getattr(shell, "displayhook", None), "exec_result", None)
+    count = getattr(result, "execution_count", None)
+    return count if isinstance(count, int) else shell.execution_count
+
 @magics_class
 class DistributeMagics(Magics):
     @line_cell_magic
@@ -54,7 +64,7 @@ class DistributeMagics(Magics):
             source = self.shell.transform_cell(cell)
             try:
                 compiled = compile_cell(source, self.shell.user_ns, header=f"%%distribute {line}",
-                                        filename=f"Cell In[{self.shell.execution_count}]")
+                                        filename=f"Cell In[{_cell_number(self.shell)}]")
             except CellSyntaxError as exc:
                 self.shell.showsyntaxerror(filename=exc.filename)
                 return None

@@ -150,7 +150,19 @@ def _init_group(plan: RunPlan, rank: int, store: Any, device: str) -> Any:
             return None
         return original(*args, **kw)
 
+    destroy = dist.destroy_process_group
+
+    def destroy_later(group: Any = None) -> None:
+        """The default group is ours: it goes when the process ends, not in the middle of the code.
+
+        Destroying it from Python can deadlock (torch drops the last reference while holding the GIL
+        and joins gloo's threads, one of which needs the GIL to free a finished collective's tensors).
+        """
+        if group is not None and group is not dist.GroupMember.WORLD:
+            destroy(group)
+
     dist.init_process_group = init_once  # type: ignore[assignment]
+    dist.destroy_process_group = destroy_later  # type: ignore[assignment]
     return original
 
 
@@ -228,10 +240,7 @@ def rank_main(plan: RunPlan, rank: int, gpu_address: str | None = None) -> int:
         capture.close()
         rank_api._sink.post = None
     final = _final_message(plan, rank, *outcome)
-    client.finish([final])  # before the group goes down: our failure must reach the kernel before peers' echoes
-    try:
-        if dist.is_initialized():
-            dist.destroy_process_group()
-    except Exception:
-        pass
+    client.finish([final])  # our failure reaches the kernel before any peer's echo of it
+    # No destroy_process_group: the process ends with os._exit right after this (forking.fork_rank), which
+    # frees the group without the GIL deadlock a Python-side destroy can hit, and 10-20 ms sooner.
     return 0 if final["t"] == "result" else 1

@@ -112,8 +112,9 @@ class _Supervisor:
         self.state.stop_reason = reason
         self.state.status = "stopping"
         self.dirty = True
-        told = self.server.stop_all(reason) if self.server else set()  # agents connecting later are told too
-        if len(told) < self.state.world_size:
+        ended = {r.rank for r in self.state.ranks if r.state in ("done", "failed")}  # exiting by themselves
+        told = self.server.stop_all(reason, spare=ended) if self.server else set()  # later agents are told too
+        if len(told | ended) < self.state.world_size:
             self._cancel()  # some tasks have no agent to tell yet: only Spark can stop them
 
     def _cancel(self) -> None:

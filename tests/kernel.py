@@ -57,7 +57,8 @@ class Kernel:
             reply = self.kc.get_shell_msg(timeout=30)
         errors = [o for o in outputs if o["output_type"] == "error"]
         return {"status": reply["content"]["status"], "outputs": outputs, "error": errors[0] if errors else None,
-                "payload": reply["content"].get("payload", []), "seconds": time.monotonic() - t0}
+                "payload": reply["content"].get("payload", []), "seconds": time.monotonic() - t0,
+                "execution_count": reply["content"].get("execution_count")}
 
     def text(self, result: dict[str, Any]) -> str:
         """Everything a user would read: streams, plain-text data, error tracebacks."""

@@ -80,6 +80,7 @@ def test_failure_names_rank_with_cell_lines_and_kernel_survives(kernel):
     text = _ansi_free("\n".join(r["error"]["traceback"]))
     assert "rank 1" in text and "KeyError: 'missing-thing'" in text
     assert "line 5" in text and "raise KeyError('missing-thing')" in text  # the cell's own line
+    assert f'File "Cell In[{r["execution_count"]}]", line 5' in text  # ... in the cell's own prompt number
     assert "py4j" not in text and "pyspark" not in text
     again = kernel.execute("1 + 1")
     assert again["status"] == "ok"

@@ -60,6 +60,8 @@ def test_raising_rank_is_root_cause_with_its_traceback(spark):
     rendered = "\n".join(err._render_traceback_())
     assert "rank 1" in rendered and "root cause" in rendered
     assert took < 60, f"failure took {took:.1f}s to surface"
+    failed = err.result.state.ranks[1]
+    assert (failed.exit_code, failed.exit_signal) == (1, None)  # its own exit, not our stop's SIGKILL
 
 
 @pytest.mark.parametrize("how, expect", [("exit", "code 7"), ("kill", "SIGKILL")])
