@@ -57,3 +57,30 @@ def test_widget_table_for_64_ranks_scrolls():
     st = RunState(64, started_at=0.0)
     table = table_html(st.snapshot())
     assert table.count('class="jtd-rank"') == 64 and "max-height" in table and "overflow:auto" in table
+
+
+def test_stock_widget_view_draws_then_leaves_the_run_report_in_its_place(monkeypatch):
+    """The fallback where the anywidget front end is not built: same protocol, same ending."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from jupyter_torchdist.run_report import MIME_TYPE
+    from jupyter_torchdist.views.widget import WidgetView
+
+    calls = []
+
+    class Recorder:
+        def publish(self, data, metadata=None, source=None, *, transient=None, update=False, **kwargs):
+            calls.append((data, (transient or {}).get("display_id"), update))
+
+    monkeypatch.setattr(InteractiveShell.instance(), "display_pub", Recorder())
+    st = _state()
+    view = WidgetView()
+    view.start(st.snapshot(log_tail=view.log_tail))
+    st.apply(0, "rank", {"t": "progress", "step": 3, "total": 10}, 1.0)
+    view.update(st.snapshot(log_tail=view.log_tail))
+    assert 'data-state="running"' in view.table.value and "3/10" in view.table.value
+    st.status = "succeeded"
+    view.finish(st.snapshot(log_tail=view.log_tail))
+    (first, display_id, update), (last, last_id, last_update) = calls[0], calls[-1]
+    assert "application/vnd.jupyter.widget-view+json" in first and not update
+    assert last_update and last_id == display_id and last[MIME_TYPE]["status"] == "succeeded"

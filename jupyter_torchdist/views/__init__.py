@@ -21,10 +21,22 @@ class NullView:
 
 
 def make_view(shell: Any, quiet: bool = False) -> Any:
-    """A live widget in a Jupyter front end; printed text in a terminal or without ipywidgets."""
+    """The view for where the cell runs.
+
+    In a Jupyter front end: the anywidget live view (drawn by the same code as the saved report)
+    when its front end was built and anywidget imports, else the stock-ipywidgets view (a checkout
+    built without Node). Printed text in a terminal or without ipywidgets.
+    """
     if quiet:
         return NullView()
     if shell is not None and type(shell).__name__ != "TerminalInteractiveShell":
+        try:
+            from .live import LiveView, live_available
+
+            if live_available():
+                return LiveView()
+        except ImportError:
+            pass
         try:
             from .widget import WidgetView
 

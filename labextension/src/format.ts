@@ -42,8 +42,11 @@ export function duration(seconds: unknown): string {
   return `${h}h ${String(m).padStart(2, '0')}m`;
 }
 
-/** A metric value, compact: 4 significant digits, exponent when tiny or huge. */
-export function metric(value: unknown): string {
+/**
+ * A metric value, compact: 4 significant digits, exponent when tiny or huge.
+ * `steady` keeps trailing zeros, so live numbers do not change width.
+ */
+export function metric(value: unknown, steady = false): string {
   const n = num(value);
   if (n === null) {
     const s = str(value);
@@ -56,7 +59,7 @@ export function metric(value: unknown): string {
   if (a !== 0 && (a >= 1e5 || a < 1e-3)) {
     return n.toExponential(2);
   }
-  return String(Number(n.toPrecision(4)));
+  return steady ? n.toPrecision(4) : String(Number(n.toPrecision(4)));
 }
 
 /** Steps per second. */
@@ -78,4 +81,17 @@ export function count(value: unknown): string {
 /** Cut a string to `max` characters with an ellipsis. */
 export function clip(text: string, max: number): string {
   return text.length > max ? `${text.slice(0, max - 1)}\u2026` : text;
+}
+
+/** A running clock: `0:07`, `12:34`, `1:02:03`. */
+export function clock(seconds: unknown): string {
+  const s = num(seconds);
+  if (s === null || s < 0) {
+    return DASH;
+  }
+  const whole = Math.floor(s);
+  const h = Math.floor(whole / 3600);
+  const m = Math.floor((whole % 3600) / 60);
+  const sec = String(whole % 60).padStart(2, '0');
+  return h ? `${h}:${String(m).padStart(2, '0')}:${sec}` : `${m}:${sec}`;
 }

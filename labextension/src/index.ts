@@ -1,44 +1,48 @@
 /**
- * jupyter-torchdist: a JupyterLab MIME renderer for `%%distribute` run reports.
+ * jupyter-torchdist for JupyterLab and Notebook 7: the MIME renderer of
+ * `%%distribute` run reports (this module) and the plugin behind the live
+ * view's Stop button (`plugin.ts`).
  */
 import { IRenderMime } from '@jupyterlab/rendermime-interfaces';
 import { Message } from '@lumino/messaging';
 import { Widget } from '@lumino/widgets';
 
-import { captureState, IViewState, renderReport, restoreScroll } from './render';
+import { ReportView } from './view';
 
 /** The MIME type of a run snapshot (see `jupyter_torchdist/run_report.py`). */
 export const MIME_TYPE = 'application/vnd.jupyter-torchdist.run+json';
 
 /**
- * Draws one run snapshot. Re-rendering the same widget (a live
- * `update_display`) keeps the open sections, the chosen log and the scroll
- * positions.
+ * Draws one run snapshot. Re-rendering the same widget (an `update_display`)
+ * patches the page in place, keeping open sections, the picked log and
+ * scroll positions.
  */
 export class RunReportRenderer extends Widget implements IRenderMime.IRenderer {
   constructor(options: IRenderMime.IRendererOptions) {
     super();
     this._mimeType = options.mimeType;
     this.addClass('jp-TorchDist');
+    this._view = new ReportView(this.node);
   }
 
   renderModel(model: IRenderMime.IMimeModel): Promise<void> {
-    const state = captureState(this.node);
-    const report = renderReport(model.data[this._mimeType], state);
-    this.node.replaceChildren(report);
-    this._state = state;
-    if (this.isAttached) {
-      restoreScroll(this.node, state);
-    }
+    this._view.render(model.data[this._mimeType]);
     return Promise.resolve();
+  }
+
+  dispose(): void {
+    if (!this.isDisposed) {
+      this._view.dispose();
+    }
+    super.dispose();
   }
 
   protected onAfterAttach(msg: Message): void {
     super.onAfterAttach(msg);
-    restoreScroll(this.node, this._state);
+    this._view.restoreScroll();
   }
 
-  private _state: IViewState | null = null;
+  private readonly _view: ReportView;
   private readonly _mimeType: string;
 }
 

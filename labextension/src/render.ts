@@ -1,12 +1,14 @@
 /**
- * Build the DOM of a run report from a snapshot.
+ * Build the DOM of a run report (saved, or live while the run goes on) from a snapshot.
  *
- * All text goes through `textContent` or `setAttribute`: nothing from the
- * snapshot is ever parsed as HTML, so the renderer is safe for untrusted
- * notebooks.
+ * Pure: a snapshot and the user's view state in, a detached element out.
+ * `view.ts` patches it into the page. All text goes through `textContent`
+ * or `setAttribute`: nothing from the snapshot is ever parsed as HTML, so
+ * the renderer is safe for untrusted notebooks. Interactive elements carry
+ * `data-action` attributes; the view handles their events by delegation.
  */
 import { cleanPoints, ISeries, lossChart, PALETTE } from './chart';
-import { clip, count, DASH, duration, metric, num, rate, str } from './format';
+import { clip, clock, count, DASH, duration, metric, num, rate, str } from './format';
 import { IRankSnapshot, IRunError, IRunSnapshot } from './types';
 
 const P = 'jp-TorchDist';
@@ -33,13 +35,37 @@ const LOSS_KEYS = ['loss', 'train_loss', 'training_loss'];
 /** Rank states in the order the summary counts them. */
 const STATE_ORDER = ['running', 'starting', 'pending', 'done', 'stopped', 'failed'];
 
-/** What the user changed in a report, carried across re-renders (live updates). */
+/** Run statuses during which a Stop control makes sense. */
+export const IN_FLIGHT = ['starting', 'running', 'stopping'];
+
+/** Rank states after which a rank's clock no longer runs. */
+const RANK_FINAL = ['done', 'failed', 'stopped'];
+
+/** Log lines shown before "show all"; the pane scrolls to the rest either way. */
+export const LOG_PREVIEW_LINES = 12;
+
+/** What the user changed in a report, carried across redraws (live updates). */
 export interface IViewState {
+  /** Sections the user opened or closed, by key, where that differs from the default. */
   details: Record<string, boolean>;
+  /** The rank whose log the user picked; null: the default one. */
   logRank: number | null;
-  tableScroll: number;
-  /** null: follow the end of the log. */
-  logScroll: number | null;
+  /** Show every log line of the snapshot at full height. */
+  logAll: boolean;
+}
+
+/** What the Stop control shows. */
+export type StopState = 'ready' | 'sent' | 'hint' | 'unreachable';
+
+/** Extras of the live view. */
+export interface ILiveOptions {
+  stop: StopState;
+  /** Seconds since the snapshot arrived: clocks of a running run keep ticking. */
+  extra: number;
+}
+
+export function emptyState(): IViewState {
+  return { details: {}, logRank: null, logAll: false };
 }
 
 function el<K extends keyof HTMLElementTagNameMap>(
@@ -61,6 +87,10 @@ function isObject(value: unknown): value is Record<string, unknown> {
   return typeof value === 'object' && value !== null && !Array.isArray(value);
 }
 
+function token(value: string): string {
+  return value.replace(/[^a-z]/g, '');
+}
+
 function rankId(r: IRankSnapshot, index: number): number {
   const n = num(r.rank);
   return n === null ? index : n;
@@ -70,13 +100,13 @@ function details(
   key: string,
   summary: HTMLElement | string,
   openByDefault: boolean,
-  state: IViewState | null,
+  state: IViewState,
   cls: string
 ): HTMLDetailsElement {
   const node = el('details', cls);
-  node.dataset.key = key;
+  node.dataset.k = key;
   node.dataset.default = openByDefault ? 'open' : 'closed';
-  const remembered = state?.details[key];
+  const remembered = state.details[key];
   node.open = remembered === undefined ? openByDefault : remembered;
   const head = el('summary', `${P}-summary`);
   if (typeof summary === 'string') {
@@ -88,60 +118,70 @@ function details(
   return node;
 }
 
-/** Read what the user changed in an already rendered report. */
-export function captureState(root: HTMLElement): IViewState | null {
-  const report = root.querySelector<HTMLElement>(`.${P}-report`);
-  if (!report) {
+function stopControl(status: string, stop: StopState): HTMLElement | null {
+  if (!IN_FLIGHT.includes(status)) {
     return null;
   }
-  const state: IViewState = { details: {}, logRank: null, tableScroll: 0, logScroll: null };
-  // Only what differs from the defaults: a section that opens by default
-  // later (say, the logs once a rank fails) still opens unless closed by hand.
-  report.querySelectorAll<HTMLDetailsElement>('details[data-key]').forEach(d => {
-    if (d.open !== (d.dataset.default === 'open')) {
-      state.details[d.dataset.key as string] = d.open;
-    }
-  });
-  const picked = report.dataset.logPicked;
-  state.logRank = picked === undefined ? null : Number(picked);
-  const table = report.querySelector<HTMLElement>(`.${P}-tableWrap`);
-  state.tableScroll = table ? table.scrollTop : 0;
-  const log = report.querySelector<HTMLElement>(`.${P}-log`);
-  if (log && log.scrollHeight - log.scrollTop - log.clientHeight > 4) {
-    state.logScroll = log.scrollTop;
+  if (stop === 'hint' || stop === 'unreachable') {
+    const text =
+      stop === 'hint'
+        ? 'To stop, interrupt the kernel'
+        : 'Could not reach the kernel: use Kernel \u25b8 Interrupt';
+    const hint = el('span', `${P}-stopHint`, text);
+    hint.title =
+      stop === 'hint'
+        ? 'This front end lacks the jupyter-torchdist extension: use its Interrupt button (\u25a0) ' +
+          'to stop every rank.'
+        : 'The notebook holding this view was not found.';
+    return hint;
   }
-  return state;
+  const stopping = stop === 'sent' || status === 'stopping';
+  const button = el('button', `${P}-stop`);
+  button.type = 'button';
+  button.dataset.action = 'stop';
+  button.disabled = stopping;
+  button.title = 'Stop the run: interrupts this notebook\u2019s kernel, which stops every rank';
+  button.appendChild(el('span', `${P}-stopIcon`));
+  button.appendChild(document.createTextNode(stopping ? 'Stopping\u2026' : 'Stop'));
+  return button;
 }
 
-/** Restore scroll positions once the new report is in the document. */
-export function restoreScroll(root: HTMLElement, state: IViewState | null): void {
-  const table = root.querySelector<HTMLElement>(`.${P}-tableWrap`);
-  if (table && state) {
-    table.scrollTop = state.tableScroll;
-  }
-  const log = root.querySelector<HTMLElement>(`.${P}-log`);
-  if (log) {
-    log.scrollTop = state?.logScroll ?? log.scrollHeight;
-  }
-}
-
-function header(snap: IRunSnapshot, ranks: IRankSnapshot[]): HTMLElement {
+function header(
+  snap: IRunSnapshot,
+  ranks: IRankSnapshot[],
+  live: ILiveOptions | null
+): HTMLElement {
   const status = str(snap.status) || 'unknown';
   const head = el('div', `${P}-header`);
+  head.dataset.k = 'header';
   const top = el('div', `${P}-headerTop`);
-  const badge = el('span', `${P}-badge ${P}-status-${status.replace(/[^a-z]/g, '')}`);
+  const badge = el('span', `${P}-badge ${P}-status-${token(status)}`);
   badge.textContent = STATUS_LABEL[status] ?? status;
   top.appendChild(badge);
   top.appendChild(el('span', `${P}-title`, str(snap.title) || '%%distribute'));
 
-  const meta: string[] = [];
+  const meta = el('span', `${P}-meta`);
+  const parts: string[] = [];
   if (str(snap.backend)) {
-    meta.push(str(snap.backend));
+    parts.push(str(snap.backend));
   }
   const world = num(snap.world_size) ?? ranks.length;
-  meta.push(`${world} rank${world === 1 ? '' : 's'}`);
-  meta.push(duration(snap.elapsed_s));
-  top.appendChild(el('span', `${P}-meta`, meta.join(' \u00b7 ')));
+  parts.push(`${world} rank${world === 1 ? '' : 's'}`);
+  meta.appendChild(document.createTextNode(`${parts.join(' \u00b7 ')} \u00b7 `));
+  const elapsed = num(snap.elapsed_s);
+  const ticking = live !== null && IN_FLIGHT.includes(status) && elapsed !== null;
+  const time = el(
+    'span',
+    `${P}-elapsed`,
+    ticking ? clock((elapsed as number) + live.extra) : duration(elapsed)
+  );
+  time.title = 'elapsed';
+  meta.appendChild(time);
+  top.appendChild(meta);
+  const stop = live ? stopControl(status, live.stop) : null;
+  if (stop) {
+    top.appendChild(stop);
+  }
   head.appendChild(top);
 
   if (str(snap.headline)) {
@@ -159,7 +199,7 @@ function header(snap: IRunSnapshot, ranks: IRankSnapshot[]): HTMLElement {
     const n = tally.get(s);
     if (n) {
       const chip = el('span', `${P}-chip`);
-      chip.appendChild(el('span', `${P}-dot ${P}-state-${s.replace(/[^a-z]/g, '')}`));
+      chip.appendChild(el('span', `${P}-dot ${P}-state-${token(s)}`));
       chip.appendChild(document.createTextNode(`${n} ${s}`));
       chips.appendChild(chip);
     }
@@ -177,8 +217,9 @@ function header(snap: IRunSnapshot, ranks: IRankSnapshot[]): HTMLElement {
   return head;
 }
 
-function failure(error: IRunError, state: IViewState | null): HTMLElement {
+function failure(error: IRunError, state: IViewState): HTMLElement {
   const box = el('div', `${P}-error`);
+  box.dataset.k = 'error';
   const where = el('div', `${P}-errorWhere`);
   const rank = num(error.rank);
   where.appendChild(el('strong', '', rank === null ? 'A rank' : `Rank ${rank}`));
@@ -225,6 +266,7 @@ function failure(error: IRunError, state: IViewState | null): HTMLElement {
 
 function valueSection(repr: string): HTMLElement {
   const box = el('div', `${P}-panel ${P}-value`);
+  box.dataset.k = 'value';
   box.appendChild(el('div', `${P}-panelTitle`, 'Value (rank 0)'));
   box.appendChild(el('pre', `${P}-valuePre`, repr));
   return box;
@@ -242,8 +284,8 @@ function chartSection(ranks: IRankSnapshot[]): HTMLElement | null {
     return null;
   }
   const box = el('div', `${P}-panel ${P}-loss`);
-  const title = el('div', `${P}-panelTitle`, 'Loss');
-  box.appendChild(title);
+  box.dataset.k = 'loss';
+  box.appendChild(el('div', `${P}-panelTitle`, 'Loss'));
   box.appendChild(lossChart(series));
   const legend = el('div', `${P}-legend`);
   if (series.length <= PALETTE.length) {
@@ -280,7 +322,7 @@ function progressCell(r: IRankSnapshot): HTMLElement {
   const step = num(r.step);
   const total = num(r.total);
   if (step === null) {
-    cell.textContent = DASH;
+    cell.appendChild(el('span', `${P}-steps`, DASH));
     return cell;
   }
   if (total !== null && total > 0) {
@@ -307,16 +349,31 @@ function exitText(r: IRankSnapshot): string {
   return code === null ? DASH : String(code);
 }
 
+function rankElapsed(r: IRankSnapshot, live: ILiveOptions | null): string {
+  const s = num(r.elapsed_s);
+  if (s === null) {
+    return DASH;
+  }
+  if (live && !RANK_FINAL.includes(str(r.state))) {
+    return clock(s + live.extra);
+  }
+  return live ? clock(s) : duration(s);
+}
+
 function rankTable(
   ranks: IRankSnapshot[],
   rootRank: number | null,
-  onPick: (rank: number) => void
+  selected: number | null,
+  live: ILiveOptions | null
 ): HTMLElement {
   const wrap = el('div', `${P}-tableWrap`);
+  wrap.dataset.k = 'table';
   const table = el('table', `${P}-table`);
   const thead = el('thead');
   const hr = el('tr');
-  for (const [name, cls] of [
+  // The exit column only once a rank has exited: during a run it is all dashes.
+  const showExit = ranks.some(r => exitText(r) !== DASH);
+  const columns: Array<[string, string]> = [
     ['Rank', 'num'],
     ['Host', ''],
     ['State', ''],
@@ -324,9 +381,10 @@ function rankTable(
     ['Rate', 'num'],
     ['Metrics', ''],
     ['Elapsed', 'num'],
-    ['Exit', 'num'],
+    ...(showExit ? [['Exit', 'num'] as [string, string]] : []),
     ['Last output', '']
-  ]) {
+  ];
+  for (const [name, cls] of columns) {
     hr.appendChild(el('th', cls ? `${P}-${cls}` : '', name));
   }
   thead.appendChild(hr);
@@ -335,12 +393,17 @@ function rankTable(
   ranks.forEach((r, i) => {
     const id = rankId(r, i);
     const s = str(r.state) || 'pending';
-    const row = el('tr', `${P}-row-${s.replace(/[^a-z]/g, '')}`);
+    const row = el('tr', `${P}-rank ${P}-row-${token(s)}`);
     if (id === rootRank) {
       row.classList.add(`${P}-root`);
     }
+    if (id === selected) {
+      row.classList.add(`${P}-picked`);
+    }
+    row.dataset.rank = String(id);
+    row.dataset.state = s;
+    row.dataset.action = 'pick';
     row.title = 'Show this rank\u2019s log';
-    row.addEventListener('click', () => onPick(id));
 
     row.appendChild(el('td', `${P}-num ${P}-rankId`, String(id)));
     const host = str(r.host);
@@ -350,11 +413,10 @@ function rankTable(
     }
     row.appendChild(hostCell);
     const stateCell = el('td');
-    const pill = el('span', `${P}-pill ${P}-state-${s.replace(/[^a-z]/g, '')}`, s);
-    stateCell.appendChild(pill);
+    stateCell.appendChild(el('span', `${P}-pill ${P}-state-${token(s)}`, s));
     row.appendChild(stateCell);
     row.appendChild(progressCell(r));
-    row.appendChild(el('td', `${P}-num`, rate(r.rate)));
+    row.appendChild(el('td', `${P}-num ${P}-rate`, rate(r.rate)));
 
     const metricsCell = el('td', `${P}-metrics`);
     const metrics = orderedMetrics(r.metrics);
@@ -364,7 +426,7 @@ function rankTable(
     for (const [key, value] of metrics.slice(0, 6)) {
       const m = el('span', `${P}-metric`);
       m.appendChild(el('span', `${P}-metricKey`, clip(key, 24)));
-      m.appendChild(document.createTextNode(` ${metric(value)}`));
+      m.appendChild(document.createTextNode(` ${metric(value, live !== null)}`));
       metricsCell.appendChild(m);
     }
     if (metrics.length > 6) {
@@ -372,8 +434,10 @@ function rankTable(
       metricsCell.title = metrics.map(([k, v]) => `${k}=${metric(v)}`).join('\n');
     }
     row.appendChild(metricsCell);
-    row.appendChild(el('td', `${P}-num`, duration(r.elapsed_s)));
-    row.appendChild(el('td', `${P}-num`, exitText(r)));
+    row.appendChild(el('td', `${P}-num ${P}-rankElapsed`, rankElapsed(r, live)));
+    if (showExit) {
+      row.appendChild(el('td', `${P}-num`, exitText(r)));
+    }
 
     const err = str(r.error);
     const last = err || str(r.last_line);
@@ -392,7 +456,12 @@ function rankTable(
   return wrap;
 }
 
-function logBody(r: IRankSnapshot | undefined, id: number): HTMLElement {
+function logBody(
+  r: IRankSnapshot | undefined,
+  id: number,
+  state: IViewState,
+  live: boolean
+): HTMLElement {
   const box = el('div', `${P}-logBody`);
   const tail = r && Array.isArray(r.log_tail) ? r.log_tail : [];
   const total = num(r?.log_lines) ?? tail.length;
@@ -402,11 +471,30 @@ function logBody(r: IRankSnapshot | undefined, id: number): HTMLElement {
     total > tail.length
       ? `last ${count(tail.length)} of ${count(total)} lines`
       : `${count(total)} line${total === 1 ? '' : 's'}`;
-  info.textContent = `rank ${id}${host ? ` \u00b7 ${host}` : ''} \u00b7 ${shown}`;
+  info.appendChild(
+    el('span', '', `rank ${id}${host ? ` \u00b7 ${host}` : ''} \u00b7 ${shown}`)
+  );
+  if (tail.length > LOG_PREVIEW_LINES) {
+    const all = el(
+      'button',
+      `${P}-link`,
+      state.logAll ? 'show less' : `show all ${count(tail.length)}`
+    );
+    all.type = 'button';
+    all.dataset.action = 'log-all';
+    info.appendChild(all);
+  }
+  if (total > tail.length) {
+    const where = el('span', `${P}-logWhere`);
+    where.appendChild(document.createTextNode('every line, in the kernel: '));
+    where.appendChild(el('code', '', `jupyter_torchdist.magic.last_run().logs[${id}]`));
+    info.appendChild(where);
+  }
   box.appendChild(info);
-  const pre = el('pre', `${P}-log`);
+  const pre = el('pre', `${P}-log${state.logAll ? ` ${P}-logAll` : ''}`);
+  pre.dataset.rank = String(id);
   if (!tail.length) {
-    pre.appendChild(el('span', `${P}-muted`, 'no output'));
+    pre.appendChild(el('span', `${P}-muted`, live ? 'no output yet' : 'no output'));
   }
   tail.forEach((entry, i) => {
     const [stream, text] = Array.isArray(entry) ? entry : ['stdout', entry];
@@ -424,80 +512,68 @@ function logsSection(
   ranks: IRankSnapshot[],
   selected: number,
   open: boolean,
-  state: IViewState | null,
-  report: HTMLElement
-): { node: HTMLDetailsElement; pick: (id: number) => void } {
+  state: IViewState,
+  live: boolean
+): HTMLDetailsElement {
   const total = ranks.reduce((acc, r) => acc + (num(r.log_lines) ?? 0), 0);
   const n = ranks.length;
-  const title = `Logs \u00b7 ${count(total)} lines from ${n} rank${n === 1 ? '' : 's'}`;
+  const title =
+    total > 0
+      ? `Logs \u00b7 ${count(total)} line${total === 1 ? '' : 's'} from ${n} rank${n === 1 ? '' : 's'}`
+      : `Logs \u00b7 no output${live ? ' yet' : ''}`;
   const section = details('logs', title, open, state, `${P}-logs`);
   const tabs = el('div', `${P}-tabs`);
   tabs.setAttribute('role', 'tablist');
-  const byId = new Map<number, IRankSnapshot>();
-  ranks.forEach((r, i) => byId.set(rankId(r, i), r));
-  let body = logBody(byId.get(selected), selected);
-
-  const select = (id: number, follow: boolean): void => {
-    report.dataset.logRank = String(id);
-    report.dataset.logPicked = String(id);
-    tabs.querySelectorAll<HTMLButtonElement>('button').forEach(b => {
-      const on = b.dataset.rank === String(id);
-      b.classList.toggle(`${P}-tabOn`, on);
-      b.setAttribute('aria-selected', on ? 'true' : 'false');
-    });
-    const next = logBody(byId.get(id), id);
-    body.replaceWith(next);
-    body = next;
-    if (follow) {
-      const pre = next.querySelector<HTMLElement>(`.${P}-log`);
-      if (pre) {
-        pre.scrollTop = pre.scrollHeight;
-      }
-    }
-  };
-
+  let picked: IRankSnapshot | undefined;
   ranks.forEach((r, i) => {
     const id = rankId(r, i);
     const s = str(r.state) || 'pending';
-    const tab = el('button', `${P}-tab ${P}-tab-${s.replace(/[^a-z]/g, '')}`, String(id));
+    const tab = el('button', `${P}-tab ${P}-tab-${token(s)}`, String(id));
     tab.type = 'button';
     tab.dataset.rank = String(id);
+    tab.dataset.action = 'pick';
     tab.setAttribute('role', 'tab');
     tab.title = `rank ${id} \u00b7 ${s} \u00b7 ${count(r.log_lines)} lines`;
-    if (id === selected) {
+    const on = id === selected;
+    tab.setAttribute('aria-selected', on ? 'true' : 'false');
+    if (on) {
       tab.classList.add(`${P}-tabOn`);
-      tab.setAttribute('aria-selected', 'true');
+      picked = r;
     }
-    tab.addEventListener('click', () => select(id, true));
     tabs.appendChild(tab);
   });
-  report.dataset.logRank = String(selected);
-  if (state?.logRank === selected) {
-    report.dataset.logPicked = String(selected);
-  }
-  section.addEventListener('toggle', () => {
-    const pre = section.querySelector<HTMLElement>(`.${P}-log`);
-    if (section.open && pre) {
-      pre.scrollTop = pre.scrollHeight;
-    }
-  });
   section.appendChild(tabs);
-  section.appendChild(body);
-  const pick = (id: number): void => {
-    section.open = true;
-    select(id, true);
-  };
-  return { node: section, pick };
+  section.appendChild(logBody(picked, selected, state, live));
+  return section;
 }
 
-/** The whole report. */
-export function renderReport(data: unknown, state: IViewState | null): HTMLElement {
+/** The rank whose log shows: the user's pick, else the root cause, a failed rank, or the first. */
+export function selectedRank(snap: IRunSnapshot, state: IViewState): number | null {
+  const ranks = Array.isArray(snap.ranks) ? (snap.ranks.filter(isObject) as IRankSnapshot[]) : [];
+  if (!ranks.length) {
+    return null;
+  }
+  const ids = ranks.map((r, i) => rankId(r, i));
+  const error = isObject(snap.error) ? (snap.error as IRunError) : null;
+  const rootRank = error ? num(error.rank) : null;
+  const firstFailed = ranks.findIndex(r => r.state === 'failed');
+  const choice = state.logRank ?? rootRank ?? (firstFailed >= 0 ? ids[firstFailed] : ids[0]);
+  return ids.includes(choice) ? choice : ids[0];
+}
+
+/** The whole report; `live` adds the Stop control and ticking clocks. */
+export function renderReport(
+  data: unknown,
+  state: IViewState,
+  live: ILiveOptions | null = null
+): HTMLElement {
   const snap: IRunSnapshot = isObject(data) ? (data as IRunSnapshot) : {};
   const ranks: IRankSnapshot[] = Array.isArray(snap.ranks)
     ? (snap.ranks.filter(isObject) as IRankSnapshot[])
     : [];
-  const report = el('div', `${P}-report`);
-  report.appendChild(header(snap, ranks));
+  const report = el('div', `${P}-report${live ? ` ${P}-isLive` : ''}`);
+  report.dataset.status = str(snap.status);
+  report.appendChild(header(snap, ranks, live));
 
   const error = isObject(snap.error) ? (snap.error as IRunError) : null;
   if (error) {
@@ -508,6 +584,7 @@ export function renderReport(data: unknown, state: IViewState | null): HTMLEleme
   const chart = chartSection(ranks);
   if ((value !== null && value !== undefined) || chart) {
     const row = el('div', `${P}-panels`);
+    row.dataset.k = 'panels';
     if (value !== null && value !== undefined) {
       row.appendChild(valueSection(str(value)));
     }
@@ -517,22 +594,16 @@ export function renderReport(data: unknown, state: IViewState | null): HTMLEleme
     report.appendChild(row);
   }
 
-  if (!ranks.length) {
-    report.appendChild(el('div', `${P}-muted`, 'No ranks reported.'));
+  const selected = selectedRank(snap, state);
+  if (selected === null) {
+    const none = el('div', `${P}-muted`, 'No ranks reported.');
+    none.dataset.k = 'none';
+    report.appendChild(none);
     return report;
   }
-
   const rootRank = error ? num(error.rank) : null;
-  const firstFailed = ranks.findIndex(r => r.state === 'failed');
-  const ids = ranks.map((r, i) => rankId(r, i));
-  let selected =
-    state?.logRank ?? rootRank ?? (firstFailed >= 0 ? ids[firstFailed] : ids[0]);
-  if (!ids.includes(selected)) {
-    selected = ids[0];
-  }
-
-  const logs = logsSection(ranks, selected, error !== null, state, report);
-  report.appendChild(rankTable(ranks, rootRank, logs.pick));
-  report.appendChild(logs.node);
+  const logsOpen = state.details.logs ?? error !== null;
+  report.appendChild(rankTable(ranks, rootRank, logsOpen ? selected : null, live));
+  report.appendChild(logsSection(ranks, selected, error !== null, state, live !== null));
   return report;
 }

@@ -1,0 +1,142 @@
+/**
+ * A report on the page that redraws in place: the saved report's renderer
+ * and the live widget both use it, so they look and behave the same.
+ *
+ * Each draw builds a fresh tree (`render.ts`) and patches it into the page
+ * (`morph.ts`), so nodes, scroll positions, hover and clicks survive ten
+ * redraws a second. What the user changed (open sections, the picked log,
+ * scroll) lives here, not in the snapshot, and is handled by delegation.
+ */
+import { morphChildren } from './morph';
+import { emptyState, ILiveOptions, IViewState, renderReport } from './render';
+
+const P = 'jp-TorchDist';
+
+export interface IReportViewOptions {
+  /** Called when the user presses the live view's Stop button. */
+  onStop?: (button: HTMLElement) => void;
+}
+
+function atBottom(node: HTMLElement): boolean {
+  return node.scrollHeight - node.scrollTop - node.clientHeight <= 4;
+}
+
+export class ReportView {
+  constructor(host: HTMLElement, options: IReportViewOptions = {}) {
+    this._root = document.createElement('div');
+    this._root.className = `${P}-root`;
+    host.appendChild(this._root);
+    this._onStop = options.onStop ?? null;
+    this._root.addEventListener('click', this._click);
+    // toggle and scroll do not bubble: listen in the capture phase.
+    this._root.addEventListener('toggle', this._toggle, true);
+    this._root.addEventListener('scroll', this._scroll, true);
+  }
+
+  /** The view's own element (inside the host given to the constructor). */
+  get node(): HTMLElement {
+    return this._root;
+  }
+
+  /** Draw `data` (a run snapshot), keeping what the user changed. */
+  render(data: unknown, live: ILiveOptions | null = null): void {
+    this._data = data;
+    this._live = live;
+    this._draw();
+  }
+
+  /** Scroll positions are lost while the view is detached: put them back. */
+  restoreScroll(): void {
+    const table = this._root.querySelector<HTMLElement>(`.${P}-tableWrap`);
+    if (table) {
+      table.scrollTop = this._tableScroll;
+    }
+    const log = this._root.querySelector<HTMLElement>(`.${P}-log`);
+    if (log) {
+      log.scrollTop = this._logScroll ?? log.scrollHeight;
+    }
+  }
+
+  dispose(): void {
+    this._root.removeEventListener('click', this._click);
+    this._root.removeEventListener('toggle', this._toggle, true);
+    this._root.removeEventListener('scroll', this._scroll, true);
+    this._root.remove();
+  }
+
+  private _draw(): void {
+    const next = document.createElement('div');
+    next.appendChild(renderReport(this._data, this._state, this._live));
+    morphChildren(this._root, next);
+    const log = this._root.querySelector<HTMLElement>(`.${P}-log`);
+    if (log && this._logScroll === null) {
+      log.scrollTop = log.scrollHeight; // follow the end of the log
+    }
+  }
+
+  private _click = (event: MouseEvent): void => {
+    const hit = (event.target as Element | null)?.closest?.('[data-action]');
+    if (!(hit instanceof HTMLElement) || !this._root.contains(hit)) {
+      return;
+    }
+    switch (hit.dataset.action) {
+      case 'pick': {
+        if (hit.tagName === 'TR' && window.getSelection()?.toString()) {
+          return; // the user is selecting text in the row, not picking it
+        }
+        this._state.logRank = Number(hit.dataset.rank);
+        this._state.details.logs = true;
+        this._logScroll = null;
+        this._draw();
+        if (hit.tagName === 'TR') {
+          this._root.querySelector(`.${P}-logs`)?.scrollIntoView?.({ block: 'nearest' });
+        }
+        break;
+      }
+      case 'log-all':
+        this._state.logAll = !this._state.logAll;
+        this._draw();
+        break;
+      case 'stop':
+        this._onStop?.(hit);
+        break;
+    }
+  };
+
+  private _toggle = (event: Event): void => {
+    const section = event.target;
+    if (!(section instanceof HTMLDetailsElement) || !section.dataset.k) {
+      return;
+    }
+    const key = section.dataset.k;
+    if (section.open === (section.dataset.default === 'open')) {
+      delete this._state.details[key];
+    } else {
+      this._state.details[key] = section.open;
+    }
+    if (key === 'logs') {
+      this._draw(); // the table marks the shown rank only while the logs are open
+    }
+  };
+
+  private _scroll = (event: Event): void => {
+    const node = event.target;
+    if (!(node instanceof HTMLElement) || !node.isConnected || !node.clientHeight) {
+      return; // a hidden or detached view reports zeros: keep what we had
+    }
+    if (node.classList.contains(`${P}-log`)) {
+      this._logScroll = atBottom(node) ? null : node.scrollTop;
+    } else if (node.classList.contains(`${P}-tableWrap`)) {
+      this._tableScroll = node.scrollTop;
+    }
+  };
+
+  private readonly _root: HTMLElement;
+  private readonly _onStop: ((button: HTMLElement) => void) | null;
+  private _data: unknown = null;
+  private _live: ILiveOptions | null = null;
+  private _state: IViewState = emptyState();
+  private _tableScroll = 0;
+  /** null: follow the end of the log. */
+  private _logScroll: number | null = null;
+}

@@ -1,0 +1,194 @@
+"""Unit: the anywidget live view (views/live.py) without a browser: size bounds of what it syncs,
+the view chosen by make_view, and the RunView protocol ending in the saved run report."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+from jupyter_torchdist.run_report import MIME_TYPE
+from jupyter_torchdist.state import RunState
+from jupyter_torchdist.views import NullView, make_view
+from jupyter_torchdist.views import live
+from jupyter_torchdist.views.live import (LIVE_CURVE_MAX, LIVE_LOG_LINES, LiveView, RunWidget, live_snapshot)
+from jupyter_torchdist.views.text import TextView
+from jupyter_torchdist.views.widget import WidgetView
+
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+
+
+def _busy_run(n: int, lines: int, steps: int, line_chars: int = 300) -> RunState:
+    """A run that has been going a while: long logs, long loss curves, one failed rank."""
+    st = RunState(n, title=f"%%distribute -n {n}", backend="spark local[4]", started_at=0.0)
+    for r in range(n):
+        st.apply(r, "rank", {"t": "hello", "host": f"worker-{r // 8}.cluster.internal"}, 0.1)
+        st.apply(r, "rank", {"t": "state", "state": "running"}, 0.2)
+        for i in range(steps):
+            st.apply(r, "rank", {"t": "progress", "step": i + 1, "total": steps,
+                                 "metrics": {"loss": 1.0 / (i + 1), "acc": 0.5, "lr": 1e-3}}, 1.0 + i)
+        for i in range(lines):
+            st.apply(r, "rank", {"t": "log", "text": f"line {i} " + "x" * line_chars}, 2.0)
+    st.apply(n - 1, "rank", {"t": "failed", "summary": "ValueError: nan loss", "traceback": "Traceback...\n" * 500},
+             3.0)
+    st.now = 10.0
+    return st
+
+
+# -- what is synced ----------------------------------------------------------------------------
+
+def test_live_snapshot_of_64_busy_ranks_stays_small_and_json_safe():
+    st = _busy_run(64, lines=600, steps=1000)
+    raw = st.snapshot(log_tail=LiveView.log_tail)
+    snap = live_snapshot(raw)
+    text = json.dumps(snap, allow_nan=False)
+    assert len(text) < 120_000, len(text)  # at 10 updates a second: about 1 MB/s at most
+    assert len(snap["ranks"]) == 64
+    for r in snap["ranks"]:
+        assert 1 <= len(r["log_tail"]) <= LIVE_LOG_LINES
+        assert r["log_tail"][-1][1].startswith("line 599 "), "the newest line is always there"
+        assert r["log_lines"] == 600, "the view can say how many lines there are in all"
+        assert 2 <= len(r["loss_history"]) <= LIVE_CURVE_MAX
+        assert r["loss_history"][-1] == [1000.0, 0.001], "the newest point is always there"
+    failed, other = snap["ranks"][63], snap["ranks"][0]
+    assert len(failed["log_tail"]) > len(other["log_tail"]), "a failed rank's log gets a bigger share"
+    assert raw["ranks"][0]["log_tail"] is not snap["ranks"][0]["log_tail"] and len(raw["ranks"][0]["log_tail"]) == 50
+
+
+def test_live_snapshot_keeps_a_small_run_whole():
+    st = _busy_run(4, lines=30, steps=150, line_chars=40)
+    raw = st.snapshot(log_tail=LiveView.log_tail)
+    snap = live_snapshot(raw)
+    for before, after in zip(raw["ranks"], snap["ranks"]):
+        assert after["log_tail"] == before["log_tail"] and len(after["log_tail"]) == 30
+        assert after["loss_history"] == before["loss_history"]
+        assert after["step"] == before["step"] == 150 and after["metrics"] == before["metrics"]
+    assert snap["error"]["rank"] == 3 and "ValueError: nan loss" in snap["error"]["summary"]
+    assert snap["status"] == raw["status"] and snap["elapsed_s"] == raw["elapsed_s"]
+
+
+def test_live_snapshot_survives_odd_input():
+    snap = live_snapshot({"ranks": [{"rank": 0, "log_tail": "not a list", "loss_history": None},
+                                    {"rank": 1, "log_tail": [["stdout", "x"]] * 100,
+                                     "loss_history": [[0, float("nan")], [1, 2.0]]}, "junk"]})
+    json.dumps(snap, allow_nan=False)
+    assert snap["ranks"][0]["log_tail"] == [] and len(snap["ranks"][1]["log_tail"]) == LIVE_LOG_LINES
+    assert snap["ranks"][1]["loss_history"] == [[1, 2.0]]
+
+
+# -- which view --------------------------------------------------------------------------------
+
+class _NotebookShell:
+    """Stands for ZMQInteractiveShell: make_view only looks at the type's name."""
+
+
+class TerminalInteractiveShell:
+    pass
+
+
+@pytest.fixture
+def built(tmp_path, monkeypatch):
+    """A stand-in for the built front end, so these tests need no Node."""
+    esm, css = tmp_path / "widget.js", tmp_path / "widget.css"
+    esm.write_text("export default { render() {} };\n")
+    css.write_text(".jp-TorchDist {}\n")
+    monkeypatch.setattr(live, "ESM", esm)
+    monkeypatch.setattr(live, "CSS", css)
+    return esm, css
+
+
+def test_make_view_prefers_the_live_view_when_its_front_end_is_built(built):
+    assert isinstance(make_view(_NotebookShell()), LiveView)
+    assert isinstance(make_view(_NotebookShell(), quiet=True), NullView)
+    assert isinstance(make_view(TerminalInteractiveShell()), TextView)
+    assert isinstance(make_view(None), TextView)
+
+
+def test_make_view_falls_back_to_stock_widgets_without_a_built_front_end(built):
+    built[0].unlink()
+    assert isinstance(make_view(_NotebookShell()), WidgetView)
+
+
+def test_make_view_falls_back_to_stock_widgets_without_anywidget(built, monkeypatch):
+    monkeypatch.delitem(sys.modules, "jupyter_torchdist.views.live")
+    monkeypatch.setitem(sys.modules, "anywidget", None)  # import anywidget raises ImportError
+    assert isinstance(make_view(_NotebookShell()), WidgetView)
+
+
+# -- the RunView protocol ----------------------------------------------------------------------
+
+class _Recorder:
+    """Records what IPython's display machinery publishes (display and update_display)."""
+
+    def __init__(self) -> None:
+        self.calls: list[dict[str, Any]] = []
+
+    def publish(self, data, metadata=None, source=None, *, transient=None, update=False, **kwargs) -> None:
+        self.calls.append({"data": data, "transient": transient or {}, "update": update})
+
+    def clear_output(self, wait: bool = False) -> None:
+        pass
+
+
+@pytest.fixture
+def published(monkeypatch):
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()
+    recorder = _Recorder()
+    monkeypatch.setattr(shell, "display_pub", recorder)
+    return recorder.calls
+
+
+def test_live_view_syncs_snapshots_then_leaves_the_run_report_in_its_place(built, published):
+    st = _busy_run(2, lines=5, steps=10, line_chars=10)
+    st.status = "running"
+    view = LiveView()
+    view.start(st.snapshot(log_tail=view.log_tail))
+    widget = view.widget
+    assert isinstance(widget, RunWidget) and widget.comm is not None
+    assert widget._esm == built[0].read_text() and widget._css == built[1].read_text()
+    [shown] = published
+    display_id = shown["transient"]["display_id"]
+    assert WIDGET_VIEW in shown["data"] and not shown["update"]
+    assert shown["data"][WIDGET_VIEW]["model_id"] == widget.model_id
+
+    st.apply(0, "rank", {"t": "progress", "step": 11, "total": 20, "metrics": {"loss": 0.05}}, 4.0)
+    view.update(st.snapshot(log_tail=view.log_tail))
+    assert widget.snapshot["ranks"][0]["step"] == 11 and widget.snapshot["status"] == "running"
+    assert len(published) == 1, "updates go through the widget, not new outputs"
+
+    st.status, st.ended_at = "succeeded", 5.0
+    final = st.snapshot(log_tail=view.log_tail)
+    view.finish(final)
+    assert widget.snapshot["status"] == "succeeded", "the widget's last state is the end of the run"
+    assert widget.comm is None, "the widget is closed"
+    last = published[-1]
+    assert last["update"] and last["transient"]["display_id"] == display_id, "replaced in place"
+    report = last["data"][MIME_TYPE]
+    assert report["status"] == "succeeded" and [r["step"] for r in report["ranks"]] == [11, 10]
+    assert "text/html" in last["data"] and "text/plain" in last["data"]
+
+
+def test_live_view_shows_the_report_even_if_it_never_started(built, published):
+    view = LiveView()
+    view.finish(_busy_run(2, lines=1, steps=1).snapshot())
+    assert MIME_TYPE in published[-1]["data"] and not published[-1]["update"]
+
+
+# -- the built front end -----------------------------------------------------------------------
+
+def test_built_widget_module_exports_a_render_function():
+    if not live.live_available():
+        pytest.skip("front end not built (cd labextension && jlpm build:prod)")
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("no node to import the module with")
+    code = ("import(process.argv[1]).then(m => console.log(typeof m.default.render))"
+            ".catch(e => { console.error(e); process.exit(1); })")
+    out = subprocess.run([node, "-e", code, live.ESM.as_uri()], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == "function", out.stderr
+    assert "jp-TorchDist-" in live.CSS.read_text()
