@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from typing import Any, Mapping, Sequence
 
-__all__ = ["visible_gpus", "parse_visible_devices", "pick_gpu", "NoGpuError"]
+__all__ = ["visible_gpus", "parse_visible_devices", "pick_gpu", "require_local_gpus", "NoGpuError"]
 
 
 class NoGpuError(RuntimeError):
@@ -64,3 +64,16 @@ def pick_gpu(rank: int, resources: Mapping[str, Any] | None, local_gpus: Sequenc
     raise NoGpuError("this task has no GPU: set spark.task.resource.gpu.amount=1 and "
                      "spark.executor.resource.gpu.amount (with spark.executor.resource.gpu.discoveryScript) "
                      "on the cluster")
+
+
+def require_local_gpus(n: int) -> list[str]:
+    """The kernel's visible GPUs, refusing before launch when there are fewer than ``n`` ranks."""
+    from .errors import LaunchError
+
+    gpus = visible_gpus()
+    if len(gpus) < n:
+        raise LaunchError(
+            f"--gpu with -n {n} needs {n} GPUs, but this machine shows {len(gpus)} "
+            f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')}). "
+            "Drop --gpu to train on the CPU with gloo, or use fewer ranks.")
+    return gpus

@@ -215,8 +215,6 @@ def _final_message(plan: RunPlan, rank: int, outcome: str, value: Any) -> dict[s
 
 def rank_main(plan: RunPlan, rank: int, gpu_address: str | None = None) -> int:
     """Run one rank to the end. Returns the process exit code; never raises."""
-    import torch.distributed as dist
-
     from .iocapture import FdCapture
     from .tqdm_bridge import install as install_tqdm
 

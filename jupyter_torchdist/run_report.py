@@ -459,8 +459,8 @@ def _html(snap: dict[str, Any]) -> str:
     ranks = snap["ranks"]
     status = str(snap["status"])
     colour = _STATUS_COLOURS.get(status, "#757575")
-    out: list[str] = [f'<div class="jupyter-torchdist-report" style="font-family:system-ui,-apple-system,'
-                      f'Segoe UI,Roboto,sans-serif;font-size:13px;line-height:1.45;max-width:1100px">']
+    out: list[str] = ['<div class="jupyter-torchdist-report" style="font-family:system-ui,-apple-system,'
+                      'Segoe UI,Roboto,sans-serif;font-size:13px;line-height:1.45;max-width:1100px">']
 
     meta = [snap["backend"]] if snap["backend"] else []
     meta += [f"{snap['world_size']} rank{'s' if snap['world_size'] != 1 else ''}", _duration(snap["elapsed_s"])]

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from .conftest import descendants_of
+from .conftest import descendants_of, process_alive
 
 __all__ = ["Cluster", "cluster", "session_conf", "spark_env", "start", "stop", "alive"]
 
@@ -140,15 +140,7 @@ def stop(c: Cluster) -> list[int]:
 
 
 def alive(pids: set[int]) -> set[int]:
-    out = set()
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                if f.read().rsplit(")", 1)[1].split()[0] != "Z":
-                    out.add(pid)
-        except OSError:
-            pass
-    return out
+    return {pid for pid in pids if process_alive(pid)}
 
 
 def start(workdir: Path, workers: int = 2) -> Cluster:

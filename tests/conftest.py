@@ -32,6 +32,15 @@ def _children() -> set[int]:
     return descendants_of(os.getpid())
 
 
+def process_alive(pid: int) -> bool:
+    """Running, not a zombie (a zombie has exited; only its parent's wait is missing)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 def descendants_of(me: int) -> set[int]:
     """Every live (non-zombie) descendant of process ``me``."""
     parents: dict[int, int] = {}

@@ -22,18 +22,11 @@ from jupyter_torchdist.supervisor import execute
 from jupyter_torchdist.views import NullView
 
 from . import fault_helpers as fh
+from .conftest import process_alive
 
 cloudpickle.register_pickle_by_value(fh)  # the ranks cannot import the tests package
 pytestmark = pytest.mark.spark
 
-
-def alive(pid: int) -> bool:
-    """Running (not a zombie)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def metric(name: str, seconds: float) -> None:
@@ -56,7 +49,7 @@ def test_rank_raising_among_four_is_always_the_root_cause(spark, tmp_path):
         assert "ValueError: boom on rank 2" in err.root.summary
         assert all(f.secondary for r, f in err.failures.items() if r != 2), err.failures
         pids = _rank_pids(d)
-        assert len(pids) == 4 and not any(alive(p) for p in pids)
+        assert len(pids) == 4 and not any(process_alive(p) for p in pids)
         metric(f"fail_after_raise[rep{rep}]", took)
         assert took < 30
 
@@ -72,7 +65,7 @@ def test_hard_death_names_rank_and_how_and_peers_in_a_collective_are_stopped(spa
     if how == "kill":
         assert "out of memory" in err.root.summary  # the OOM killer's signature
     pids = _rank_pids(tmp_path)
-    assert len(pids) == 3 and not any(alive(p) for p in pids)  # peers were blocked in all_reduce
+    assert len(pids) == 3 and not any(process_alive(p) for p in pids)  # peers were blocked in all_reduce
     metric(f"fail_after_{how}", took)
     assert took < 30
 
@@ -104,7 +97,7 @@ def test_timeout_stops_every_rank_and_only_this_runs_job(spark, tmp_path):
     stopped_after = time.monotonic() - t0 - 10
     assert "timed out after 10 s" in str(info.value) and "[0, 1]" in str(info.value)
     pids = _rank_pids(markers)
-    assert len(pids) == 2 and not any(alive(p) for p in pids)
+    assert len(pids) == 2 and not any(process_alive(p) for p in pids)
     assert t.is_alive() and "error" not in other, "the other job was stopped with ours"
     release.write_text("")
     t.join(60)
@@ -128,7 +121,7 @@ def test_interrupt_stops_every_rank_within_seconds(spark, tmp_path):
     stopped_after = time.monotonic() - sent["at"]
     t.join()
     pids = _rank_pids(tmp_path)
-    assert len(pids) == 2 and not any(alive(p) for p in pids)
+    assert len(pids) == 2 and not any(process_alive(p) for p in pids)
     metric("stop_after_interrupt", stopped_after)
     assert stopped_after < 10
 
@@ -153,7 +146,7 @@ def test_executor_lost_mid_run_is_a_clear_error_not_a_hang(spark, tmp_path):
     assert err.rank == 1 and err.root.kind == "lost", err.root
     assert f"pid {killed['agent']}" in err.root.summary and "executor or Python worker was lost" in err.root.summary
     assert "py4j" not in err.root.summary and "collectAndServe" not in err.root.summary
-    assert not alive(killed["rank"]) and not any(alive(p) for p in _rank_pids(tmp_path))
+    assert not process_alive(killed["rank"]) and not any(process_alive(p) for p in _rank_pids(tmp_path))
     metric("fail_after_agent_killed", took)
     assert took < 30
 

@@ -18,25 +18,18 @@ from jupyter_torchdist.errors import LaunchError, RunFailed, RunInterrupted, Run
 from jupyter_torchdist.launchers import local
 
 from . import helpers
-from .conftest import descendants_of, resource_counts
+from .conftest import descendants_of, process_alive, resource_counts
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the rank functions below travel by value
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def _gone(pids: list[int], within: float = 15.0) -> bool:
     """Poll (test-side only) until every pid has exited."""
     end = time.monotonic() + within
     while time.monotonic() < end:
-        if not any(_alive(p) for p in pids):
+        if not any(process_alive(p) for p in pids):
             return True
         time.sleep(0.05)
     return False

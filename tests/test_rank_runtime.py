@@ -10,8 +10,7 @@ import threading
 from jupyter_torchdist import protocol as P
 from jupyter_torchdist import rank_api
 from jupyter_torchdist.errors import RankFailure, RunFailed
-from jupyter_torchdist.rank_client import PROGRESS_QUEUE, RankClient
-from jupyter_torchdist.tqdm_bridge import install
+from jupyter_torchdist.rank_client import RankClient
 
 
 def test_fd_capture_catches_print_c_level_and_subprocess_output():

@@ -18,9 +18,7 @@ from jupyter_torchdist import protocol as P
 from jupyter_torchdist import supervisor, tls
 from jupyter_torchdist.channel import ChannelServer
 from jupyter_torchdist.launchers import spark as spark_launcher
-from jupyter_torchdist.launchers.base import LaunchInfo
 from jupyter_torchdist.rank_client import connect
-from jupyter_torchdist.rank_main import RunPlan
 
 from . import fault_helpers as fh
 

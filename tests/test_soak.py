@@ -19,7 +19,7 @@ import jupyter_torchdist as jt
 from jupyter_torchdist.errors import RunFailed, RunInterrupted, RunTimeout
 
 from . import fault_helpers as fh
-from .conftest import resource_counts
+from .conftest import process_alive, resource_counts
 
 cloudpickle.register_pickle_by_value(fh)  # the ranks cannot import the tests package
 pytestmark = pytest.mark.spark
@@ -27,13 +27,6 @@ pytestmark = pytest.mark.spark
 PR_SET_CHILD_SUBREAPER = 36
 PLAN = ["ok", "raise", "ok", "interrupt", "exit", "timeout", "ok", "kill", "ok", "segv"] * 3  # 30 runs
 
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def _python_workers(root: int) -> set[int]:
@@ -109,7 +102,7 @@ def test_thirty_mixed_runs_leak_nothing(spark, tmp_path, descendants, subreaper)
         markers = fh.read_markers(str(d))
         # a timeout may hit before a loaded machine starts the ranks: then Spark's cancel is what is tested
         assert markers or kind == "timeout", f"run {i} ({kind}) never started"
-        survivors = [m["pid"] for m in markers.values() if _alive(m["pid"])]
+        survivors = [m["pid"] for m in markers.values() if process_alive(m["pid"])]
         assert not survivors, f"run {i} ({kind}): rank processes {survivors} outlived the run"
         seen_workers |= {m["ppid"] for m in markers.values()}
     took = time.monotonic() - t0

@@ -13,17 +13,10 @@ import jupyter_torchdist as jt
 from jupyter_torchdist.errors import RunFailed, RunInterrupted, RunTimeout
 
 from . import helpers
-from .conftest import resource_counts
+from .conftest import process_alive, resource_counts
 
 pytestmark = pytest.mark.spark
 
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def test_ddp_runs_and_rank0_value_comes_back(spark):
@@ -80,7 +73,7 @@ def test_timeout_stops_every_rank(spark, tmp_path):
     assert "still running" in str(info.value) and "[0, 1]" in str(info.value)
     pids = [int(p.read_text()) for p in tmp_path.glob("pid-*")]
     assert len(pids) == 2
-    assert not any(_alive(p) for p in pids)
+    assert not any(process_alive(p) for p in pids)
 
 
 def test_interrupt_stops_every_rank_and_keeps_other_jobs(spark, tmp_path):
@@ -100,7 +93,7 @@ def test_interrupt_stops_every_rank_and_keeps_other_jobs(spark, tmp_path):
     bystander.join(30)
     assert other.get("count") == 2, "cancelling our run must not cancel other Spark jobs"
     pids = [int(p.read_text()) for p in tmp_path.glob("pid-*")]
-    assert len(pids) == 2 and not any(_alive(p) for p in pids)
+    assert len(pids) == 2 and not any(process_alive(p) for p in pids)
     assert stopped_in < 30
 
 

@@ -27,7 +27,7 @@ from typing import Any, Callable
 from ..channel import Inbound
 from ..errors import LaunchError
 from ..forking import describe_status, fork_rank
-from ..gpus import pick_gpu, visible_gpus
+from ..gpus import pick_gpu, require_local_gpus
 from ..options import RunOptions
 from ..rank_main import RunPlan
 from ..tls import tls_requested
@@ -240,12 +240,7 @@ class LocalLauncher(Launcher):
     def prepare(self, options: RunOptions) -> LaunchInfo:
         self._gpus = None
         if options.gpu:
-            gpus = visible_gpus()
-            if len(gpus) < options.n:
-                raise LaunchError(
-                    f"--gpu with -n {options.n} needs {options.n} GPUs, but this machine shows {len(gpus)} "
-                    f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')}). "
-                    "Drop --gpu to train on the CPU with gloo, or use fewer ranks.")
+            gpus = require_local_gpus(options.n)
             import torch
 
             if not torch.cuda.is_available():

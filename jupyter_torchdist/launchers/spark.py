@@ -16,7 +16,7 @@ from typing import Any, Callable
 from ..channel import Inbound
 from ..errors import LaunchError
 from ..tls import plaintext_warning, tls_requested
-from ..gpus import pick_gpu, visible_gpus
+from ..gpus import pick_gpu, require_local_gpus
 from ..options import RunOptions
 from ..rank_main import RunPlan
 from .base import JOB_END, LaunchInfo, Launcher
@@ -248,14 +248,7 @@ class SparkLauncher(Launcher):
 
     def _check_gpus(self, options: RunOptions, conf: Any) -> None:
         if self._local:
-            gpus = visible_gpus()
-            if len(gpus) < options.n:
-                raise LaunchError(
-                    f"--gpu with -n {options.n} needs {options.n} GPUs, but this machine shows {len(gpus)} "
-                    f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')}). "
-                    "Drop --gpu to train on the CPU with gloo, or use fewer ranks."
-                )
-            self._local_gpus = gpus
+            self._local_gpus = require_local_gpus(options.n)
         elif not conf.get("spark.task.resource.gpu.amount", None):
             raise LaunchError(
                 "--gpu on a cluster needs GPU scheduling: set spark.task.resource.gpu.amount=1, "

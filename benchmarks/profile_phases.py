@@ -1,0 +1,179 @@
+"""Where a run's time goes: per-phase timestamps across the kernel, the JVM, the Spark task, the agent
+and the rank, for the trivial 2-rank job (first run after warm-up, then reruns).
+
+    python benchmarks/profile_phases.py [--runs 6] [--n 2] [--cprofile] [--no-probe]
+
+No package edit: hooks are installed in this process (the supervisor's event handler, the
+launcher's prepare/start, the Spark job thread), Spark's status store gives the JVM's times, and
+``probe.instrumented_rank_task`` (swapped in for ``_rank_task`` in this process only) stamps the
+worker, the agent and the forked rank. All clocks are this machine's ``time.time()``.
+"""
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import os
+import pstats
+import sys
+import time
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import common  # noqa: E402
+import phases  # noqa: E402
+import probe  # noqa: E402
+
+jobs = common.register_jobs()
+common.register_by_value(probe)
+
+
+def stamped_job() -> dict[str, Any]:
+    t0 = time.time()
+    value = jobs.trivial_ddp()
+    return dict(value, fn_start=t0, fn_end=time.time(), worker=os.getppid())
+
+
+def python_workers() -> set[int]:
+    """Spark's Python workers: the children of our daemon process (jupyter_torchdist._daemon)."""
+    daemons, parents = set(), {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmd = f.read()
+            with open(f"/proc/{entry}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except OSError:
+            continue
+        parents[int(entry)] = ppid
+        if b"jupyter_torchdist._daemon" in cmd:
+            daemons.add(int(entry))
+    return {pid for pid, ppid in parents.items() if ppid in daemons}
+
+
+# (label, from, to): "last:" = the latest of that mark over ranks, "r0:" = rank 0's
+PHASES = [
+    ("kernel: call -> launcher prepared (session, slots, conf checks)", "kernel:call", "kernel:prepared"),
+    ("kernel: prepared -> Spark job thread begins", "kernel:prepared", "jobthread:begin"),
+    ("pyspark: job thread -> JVM job submitted (RDD, command pickle, py4j)", "jobthread:begin", "jvm:job_submitted"),
+    ("JVM: job submitted -> last task launched", "jvm:job_submitted", "jvm:last_task_launch"),
+    ("worker: task launched -> task function entered (command unpickled)", "jvm:last_task_launch", "last:task:entry"),
+    ("agent: task entry -> rank forked (preload + fork)", "last:task:entry", "last:agent.fork:end"),
+    ("rank: forked -> connected to kernel", "last:agent.fork:end", "last:rank.connect:end"),
+    ("rank: connected -> rendezvous done (TCPStore, hello, all ranks in)", "last:rank.connect:end",
+     "last:rank.rendezvous:end"),
+    ("rank: rendezvous -> init_process_group starts (env, capture, tqdm)", "last:rank.rendezvous:end",
+     "last:rank.init_group:start"),
+    ("rank: init_process_group (gloo)", "last:rank.init_group:start", "last:rank.init_group:end"),
+    ("rank 0: group up -> cell starts (unpack payload)", "r0:rank.init_group:end", "fn_start"),
+    ("rank 0: the cell itself (DDP, 10 steps)", "fn_start", "fn_end"),
+    ("rank 0: cell end -> result sent (pickle value, flush)", "fn_end", "r0:rank.finish:end"),
+    ("rank: result sent -> group destroyed", "last:rank.finish:end", "last:rank.destroy_group:end"),
+    ("rank: group destroyed -> process gone (os._exit, seen by agent)", "last:rank.destroy_group:end",
+     "last:agent.wait:end"),
+    ("agent: rank gone -> task yields (exit report)", "last:agent.wait:end", "last:task:yield"),
+    ("worker: task yields -> task done", "last:task:yield", "last:task:done"),
+    ("worker+JVM: task done -> task end (JVM)", "last:task:done", "jvm:last_task_end"),
+    ("JVM: last task end -> job completed", "jvm:last_task_end", "jvm:job_completed"),
+    ("pyspark: job completed -> JOB_END in kernel (collect, py4j)", "jvm:job_completed", "backend:job_end"),
+    ("kernel: JOB_END -> value returned", "backend:job_end", "kernel:returned"),
+    ("TOTAL call -> value returned", "kernel:call", "kernel:returned"),
+]
+GROUPS = {
+    "kernel (prepare, submit, return)": [0, 1, 20],
+    "pyspark+JVM scheduling (submit -> task entry)": [2, 3, 4],
+    "rank start (fork, connect, rendezvous, group)": [5, 6, 7, 8, 9, 10],
+    "the cell": [11],
+    "rank end (result, destroy, exit)": [12, 13, 14, 15],
+    "Spark task/job end -> kernel": [16, 17, 18, 19],
+}
+
+
+def run_once(jtd: Any, spark: Any, n: int, profile_job: bool = False) -> tuple[dict[str, float], dict[str, float], Any]:
+    before = python_workers()
+    with phases.record(spark, profile_job=profile_job) as rec:
+        value = jtd.run(stamped_job, n=n)
+    time.sleep(0.05)  # the last probe lines (task:done) land just after the job ended
+    marks = dict(rec.marks)
+    for pm in probe.read_marks(rec.run_id):
+        name, at = pm["mark"], pm["at"]
+        marks.setdefault(f"r{pm['rank']}:{name}", at)
+        marks[f"last:{name}"] = max(marks.get(f"last:{name}", at), at)
+    marks["fn_start"], marks["fn_end"] = value["fn_start"], value["fn_end"]
+    table = {label: marks[b] - marks[a] for label, a, b in PHASES if a in marks and b in marks}
+    info = {"reused_worker": value["worker"] in before, "idle_workers_before": len(before)}
+    return marks, table, (info, rec.job_profile)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=6)
+    ap.add_argument("--n", type=int, default=2)
+    ap.add_argument("--cprofile", action="store_true", help="cProfile the kernel thread and the job thread of a rerun")
+    ap.add_argument("--no-probe", action="store_true", help="leave the Spark task function untouched")
+    ap.add_argument("--quiet", action="store_true", help="only the phase table")
+    args = ap.parse_args()
+    info = common.machine()
+    common.header("profile_phases: where the time of one run goes", info)
+    import jupyter_torchdist as jtd
+    from jupyter_torchdist.launchers import spark as backend
+
+    phases.install()
+    if not args.no_probe:
+        probe.use_in_kernel(backend)
+    t0 = time.perf_counter()
+    backend.warm_up_async().join()
+    warm = time.perf_counter() - t0
+    print(f"warm-up (session + daemon + workers): {warm:.2f} s", flush=True)
+    spark, _ = backend.get_session(args.n)
+    all_phases: list[dict[str, float]] = []
+    for i in range(args.runs):
+        marks, run_phases, (winfo, _) = run_once(jtd, spark, args.n)
+        all_phases.append(run_phases)
+        if args.quiet:
+            continue
+        print(f"\n## run {i} ({'first' if i == 0 else 'rerun'}): {run_phases.get('TOTAL call -> value returned', 0):.3f} s"
+              f"  (idle Python workers before: {winfo['idle_workers_before']}; rank 0 forked from "
+              f"{'a reused' if winfo['reused_worker'] else 'a NEW'} worker)")
+        base = marks["kernel:call"]
+        for name, at in sorted(marks.items(), key=lambda kv: kv[1]):
+            if name.startswith("last:") or name == "kernel:prepare":
+                continue
+            print(f"  {1000 * (at - base):8.1f} ms  {name}")
+    print(f"\n## phases of the trivial {args.n}-rank run (ms): first run after warm-up, median of "
+          f"{args.runs - 1} reruns")
+    rows = []
+    for label, _, _ in PHASES:
+        first = all_phases[0].get(label)
+        reruns = [p[label] for p in all_phases[1:] if label in p]
+        rows.append([label, "-" if first is None else f"{1000 * first:.1f}",
+                     "-" if not reruns else f"{1000 * common.median(reruns):.1f}"])
+    print(common.table(["phase", "first", "rerun median"], rows))
+    grows = []
+    for gname, idxs in GROUPS.items():
+        labels = [PHASES[i][0] for i in idxs]
+        first = sum(all_phases[0].get(lb, 0.0) for lb in labels)
+        rer = common.median([sum(p.get(lb, 0.0) for lb in labels) for p in all_phases[1:]]) if args.runs > 1 else 0
+        grows.append([gname, f"{1000 * first:.0f}", f"{1000 * rer:.0f}"])
+    print("\n" + common.table(["group", "first (ms)", "rerun median (ms)"], grows))
+    if args.cprofile:
+        prof = cProfile.Profile()
+        prof.enable()
+        _, _, (_, job_prof) = run_once(jtd, spark, args.n, profile_job=True)
+        prof.disable()
+        for title, p in (("kernel thread", prof), ("Spark job thread", job_prof)):
+            s = io.StringIO()
+            pstats.Stats(p, stream=s).sort_stats("cumulative").print_stats(25)
+            print(f"\n## cProfile of one rerun: {title}\n" + s.getvalue())
+    common.save("profile_phases", {"machine": info, "warmup_s": warm, "n": args.n, "phases": all_phases})
+    print(common.kv_line({"first_s": all_phases[0].get("TOTAL call -> value returned", float("nan")),
+                          "rerun_s": common.median([p.get("TOTAL call -> value returned", float("nan"))
+                                                    for p in all_phases[1:]]) if args.runs > 1 else float("nan"),
+                          "warmup_s": warm}))
+
+
+if __name__ == "__main__":
+    main()
