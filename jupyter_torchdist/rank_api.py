@@ -35,6 +35,10 @@ def report(step: int | None = None, total: int | None = None, **metrics: Any) ->
     if post is None:
         return
     try:
+        for key, value in metrics.items():
+            detach = getattr(value, "detach", None)
+            if detach is not None:  # a loss tensor would keep its whole autograd graph alive until sent
+                metrics[key] = detach()
         post({"t": "progress", "step": step, "total": total, "metrics": metrics, "at": time.time()})
     except Exception:
         pass

@@ -11,6 +11,7 @@ import collections
 import hmac
 import socket
 import threading
+import time
 from typing import Any, Union
 
 from . import protocol as P
@@ -19,6 +20,8 @@ from .tls import TLSPin, TLSStream, client_context
 __all__ = ["RankClient", "connect"]
 
 PROGRESS_QUEUE = 256
+PROGRESS_PER_BATCH = 16   # progress points kept per batch: the view draws ~10 frames/s, the curve needs no more
+BATCH_INTERVAL_S = 0.05   # at most ~20 batches a second: the sender stays off the training thread's cores
 LOG_BUDGET_BYTES = 8 << 20
 
 Stream = Union[socket.socket, TLSStream]
@@ -80,6 +83,15 @@ def _plain(value: Any) -> Any:
     return str(value)[:80]
 
 
+def _thin(queued: list[dict[str, Any]], keep: int) -> list[dict[str, Any]]:
+    """At most ``keep`` progress points, evenly spread and always the latest; other messages all stay."""
+    points = [i for i, m in enumerate(queued) if m.get("t") == "progress"]
+    if len(points) <= keep:
+        return queued
+    chosen = {points[round(j * (len(points) - 1) / (keep - 1))] for j in range(keep)}
+    return [m for i, m in enumerate(queued) if m.get("t") != "progress" or i in chosen]
+
+
 class RankClient:
     """Non-blocking reporting from training code to the kernel."""
 
@@ -97,11 +109,16 @@ class RankClient:
         self._thread.start()
 
     def post_progress(self, msg: dict[str, Any]) -> None:
-        """Queue a progress message; if the queue is full the oldest one is dropped."""
+        """Queue a progress message; if the queue is full the oldest one is dropped.
+
+        Anything else posted here (a state change) is never dropped: it queues with the logs."""
         with self._cond:
-            if len(self._progress) == PROGRESS_QUEUE:
-                self.dropped_progress += 1
-            self._progress.append(msg)
+            if msg.get("t") != "progress":
+                self._logs.append(msg)
+            else:
+                if len(self._progress) == PROGRESS_QUEUE:
+                    self.dropped_progress += 1
+                self._progress.append(msg)
             self._cond.notify()
 
     def post_log(self, msg: dict[str, Any]) -> None:
@@ -115,21 +132,26 @@ class RankClient:
             self._logs.append(msg)
             self._cond.notify()
 
-    def _take(self) -> list[dict[str, Any]] | None:
+    def _take(self, not_before: float) -> list[dict[str, Any]] | None:
         with self._cond:
-            while not (self._progress or self._logs or self._closing):
-                self._cond.wait()
+            while not self._closing:
+                left = not_before - time.monotonic()
+                if (self._progress or self._logs) and left <= 0:
+                    break
+                self._cond.wait(left if left > 0 else None)  # a rate limit, woken at once by finish()
             if not (self._progress or self._logs):
                 return None
-            batch = list(self._logs) + list(self._progress)
+            batch = list(self._logs) + _thin(list(self._progress), PROGRESS_PER_BATCH)
             self._logs.clear()
             self._progress.clear()
             self._log_bytes = 0
             return batch
 
     def _run(self) -> None:
+        not_before = 0.0
         while True:
-            batch = self._take()
+            batch = self._take(not_before)
+            not_before = time.monotonic() + BATCH_INTERVAL_S
             if batch is None:
                 return
             if self._broken:

@@ -6,6 +6,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 
 from jupyter_torchdist import protocol as P
 from jupyter_torchdist import rank_api
@@ -133,3 +134,46 @@ def test_run_failed_renders_root_first_and_others_collapsed():
     assert text.index("ValueError: real") < text.index("Other ranks")
     assert "rank 0 on h0: RuntimeError: Connection closed by peer" in text
     assert "tb0" not in text  # secondary tracebacks are collapsed to one line
+
+
+def test_a_burst_of_reports_is_coalesced_into_few_small_frames():
+    """Thousands of report() calls a second must not cost the training thread a core: the sender sends
+    at most ~20 batches a second, each with at most PROGRESS_PER_BATCH progress points (the latest kept)."""
+    from jupyter_torchdist.rank_client import BATCH_INTERVAL_S, PROGRESS_PER_BATCH
+
+    a, b = socket.socketpair()
+    client = RankClient(a)
+    received: list = []
+    reader = threading.Thread(target=lambda: _drain(b, received))
+    reader.start()
+    client.post_progress({"t": "state", "state": "running"})
+    t0 = time.monotonic()
+    for i in range(20_000):
+        client.post_progress({"t": "progress", "step": i, "metrics": {}})
+    burst_s = time.monotonic() - t0
+    client.finish([{"t": "result", "value": None}])
+    a.close()
+    reader.join(10)
+    batches = [f for f in received if isinstance(f, list)]
+    progress = [[m for m in f if m["t"] == "progress"] for f in batches]
+    assert all(len(p) <= PROGRESS_PER_BATCH for p in progress)
+    assert len(batches) <= 3 + burst_s / BATCH_INTERVAL_S  # rate-limited, not one frame per report
+    flat = [m for f in batches for m in f]
+    assert [m["t"] for m in flat].count("state") == 1  # other messages are never thinned away
+    assert [m["step"] for m in flat if m["t"] == "progress"][-1] == 19_999
+
+
+def test_report_detaches_tensors_so_no_autograd_graph_is_kept_alive():
+    import torch
+
+    seen = []
+    rank_api._sink.post = seen.append
+    try:
+        w = torch.ones(3, requires_grad=True)
+        loss = (w * 2).sum()
+        rank_api.report(step=1, loss=loss, lr=0.1)
+    finally:
+        rank_api._sink.post = None
+    metrics = seen[0]["metrics"]
+    assert metrics["loss"].grad_fn is None and not metrics["loss"].requires_grad
+    assert metrics["loss"].item() == 6.0 and metrics["lr"] == 0.1
