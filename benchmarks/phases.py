@@ -39,7 +39,7 @@ GROUP_NOTES = {
     "task->agent": "Python worker takes the task, unpickles it, forks the rank, agent connects",
     "rank start": "rank connects, TCPStore rendezvous, init_process_group",
     "cell": "the cell (plus unpacking it and pickling its value)",
-    "rank exit": "destroy group, process exit, agent reports",
+    "rank exit": "process exit (the group goes with it), agent reports",
     "task/job end": "Spark task and job completion, collect() returns",
     "return": "kernel settles and returns the value",
 }

@@ -1,0 +1,304 @@
+"""Shared helpers for the benchmark scripts: timing, load checks, tables, result files, torchrun."""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any, Callable, Iterable, Sequence
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+RESULTS = os.path.join(HERE, "results")
+REPO = os.path.dirname(HERE)
+
+
+def register_by_value(module: Any) -> None:
+    """Make cloudpickle ship ``module``'s functions by value (Spark workers cannot import benchmarks/)."""
+    import cloudpickle
+
+    cloudpickle.register_pickle_by_value(module)
+    try:  # pyspark (TorchDistributor, Spark commands) uses its own vendored copy of cloudpickle
+        from pyspark import cloudpickle as spark_cloudpickle
+
+        spark_cloudpickle.register_pickle_by_value(module)
+    except ImportError:
+        pass
+
+
+def register_jobs() -> Any:
+    """Import jobs.py, shipped by value to every rank."""
+    import jobs
+
+    register_by_value(jobs)
+    return jobs
+
+
+# -- the machine ---------------------------------------------------------------------------------------
+def load1() -> float:
+    return os.getloadavg()[0]
+
+
+def wait_for_quiet(max_load: float | None = None, max_wait_s: float | None = None) -> float:
+    """Wait (up to max_wait_s) until the 1-minute load average is below max_load; return it.
+
+    Defaults from BENCH_MAX_LOAD (1.0) and BENCH_WAIT_S (0: do not wait, only report).
+    """
+    max_load = float(os.environ.get("BENCH_MAX_LOAD", "1.0")) if max_load is None else max_load
+    max_wait_s = float(os.environ.get("BENCH_WAIT_S", "0")) if max_wait_s is None else max_wait_s
+    deadline = time.time() + max_wait_s
+    while True:
+        load = load1()
+        if load < max_load or time.time() >= deadline:
+            if load >= max_load:
+                print(f"# WARNING: load average {load:.2f} >= {max_load}: timings are distorted by other work",
+                      flush=True)
+            return load
+        print(f"# load average {load:.2f} >= {max_load}; waiting 30 s", flush=True)
+        time.sleep(30)
+
+
+def machine() -> dict[str, Any]:
+    import torch
+
+    try:
+        import pyspark
+        spark_v = pyspark.__version__
+    except ImportError:
+        spark_v = None
+    cpu = platform.processor() or ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    try:
+        mem_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    except (ValueError, OSError):
+        mem_gb = float("nan")
+    java = ""
+    try:
+        out = subprocess.run(["java", "-version"], capture_output=True, text=True, timeout=30)
+        java = (out.stderr or out.stdout).splitlines()[0]
+    except Exception:
+        pass
+    return {"cpu": cpu, "cores": os.cpu_count(), "mem_gb": round(mem_gb, 1), "python": platform.python_version(),
+            "torch": torch.__version__, "pyspark": spark_v, "java": java, "cuda": torch.cuda.is_available(),
+            "kernel": platform.release(), "load_at_start": round(load1(), 2)}
+
+
+# -- numbers ---------------------------------------------------------------------------------------------
+def median(xs: Sequence[float]) -> float:
+    return statistics.median(xs) if xs else float("nan")
+
+
+def fmt_s(x: float | None) -> str:
+    if x is None or x != x:
+        return "-"
+    return f"{x:.3f}" if x < 10 else f"{x:.2f}"
+
+
+def fmt_list(xs: Iterable[float]) -> str:
+    return " ".join(f"{x:.2f}" for x in xs)
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A GitHub-markdown table (also readable in a terminal)."""
+    cells = [[str(c) for c in headers]] + [[str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    line = lambda r: "| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |"  # noqa: E731
+    out = [line(cells[0]), "| " + " | ".join("-" * w for w in widths) + " |"]
+    out += [line(r) for r in cells[1:]]
+    return "\n".join(out)
+
+
+def kv_line(values: dict[str, Any]) -> str:
+    parts = []
+    for k, v in values.items():
+        if isinstance(v, float):
+            v = f"{v:.4g}"
+        parts.append(f"{k}={v}")
+    return " ".join(parts)
+
+
+def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
+    t0 = time.perf_counter()
+    value = fn()
+    return time.perf_counter() - t0, value
+
+
+def save(name: str, data: dict[str, Any]) -> str:
+    os.makedirs(RESULTS, exist_ok=True)
+    path = os.path.join(RESULTS, f"{name}.json")
+    data = dict(data, saved_at=time.strftime("%Y-%m-%d %H:%M:%S"), load_at_end=round(load1(), 2))
+    with open(path, "w") as f:
+        json.dump(data, f, indent=1, default=str)
+    return path
+
+
+# -- torchrun ----------------------------------------------------------------------------------------------
+def torchrun_cmd() -> list[str]:
+    """The real torchrun entry point next to this interpreter (not a pyenv shim, which adds ~0.1 s)."""
+    exe = os.path.join(os.path.dirname(sys.executable), "torchrun")
+    if os.path.exists(exe):
+        return [exe]
+    found = shutil.which("torchrun")
+    return [found] if found else [sys.executable, "-m", "torch.distributed.run"]
+
+
+def run_torchrun(job: str, kwargs: dict[str, Any] | None = None, nproc: int = 2,
+                 env: dict[str, str] | None = None, timeout: float = 300) -> tuple[float, list[dict[str, Any]]]:
+    """torchrun --nproc_per_node N ddp_script.py JOB KWARGS: (wall seconds, every rank's value)."""
+    cmd = torchrun_cmd() + ["--nproc_per_node", str(nproc), "--master_port", str(free_port()),
+                            os.path.join(HERE, "ddp_script.py"), job, json.dumps(kwargs or {})]
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    t0 = time.perf_counter()
+    out = subprocess.run(cmd, capture_output=True, text=True, env=full_env, timeout=timeout)
+    wall = time.perf_counter() - t0
+    if out.returncode != 0:
+        raise RuntimeError(f"torchrun failed ({out.returncode}):\n{out.stdout[-2000:]}\n{out.stderr[-4000:]}")
+    # the ranks share one pipe, so their lines can interleave: pick out each flat JSON object
+    values = [json.loads(m) for m in re.findall(r"RESULT (\{[^{}]*\})", out.stdout)]
+    return wall, sorted(values, key=lambda v: v.get("rank", 0))
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def header(title: str, info: dict[str, Any]) -> None:
+    print(f"# {title}")
+    print(f"# machine: {info['cpu']} | {info['cores']} cores | {info['mem_gb']} GB | Python {info['python']} | "
+          f"torch {info['torch']} | pyspark {info['pyspark']} | {info['java']} | CUDA {info['cuda']} | "
+          f"load {info['load_at_start']}", flush=True)
+
+
+# -- quiet ---------------------------------------------------------------------------------------------------
+class fd_silenced:
+    """Send fds 1 and 2 (torchrun's and TorchDistributor's chatter) to a log file for a while."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __enter__(self) -> "fd_silenced":
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        self._log = open(self.path, "ab")
+        self._saved = [os.dup(1), os.dup(2)]
+        os.dup2(self._log.fileno(), 1)
+        os.dup2(self._log.fileno(), 2)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        for fd, saved in zip((1, 2), self._saved):
+            os.dup2(saved, fd)
+            os.close(saved)
+        self._log.close()
+
+
+# -- a real IPython kernel ----------------------------------------------------------------------------------
+class KernelSession:
+    """One ipykernel, driven like a front end: run cells, time request -> idle, count iopub messages."""
+
+    def __init__(self, env: dict[str, str] | None = None) -> None:
+        from jupyter_client.manager import KernelManager
+
+        full_env = dict(os.environ)
+        full_env.update(env or {})
+        t0 = time.perf_counter()
+        self.km = KernelManager(kernel_name="python3")
+        self.km.start_kernel(env=full_env, cwd=REPO)
+        self.kc = self.km.client()
+        self.kc.start_channels()
+        self.kc.wait_for_ready(timeout=120)
+        self.start_s = time.perf_counter() - t0
+
+    def run(self, code: str, timeout: float = 300) -> dict[str, Any]:
+        """Execute a cell; seconds from the execute request to the kernel going idle again."""
+        import queue as _q
+
+        t0 = time.perf_counter()
+        msg_id = self.kc.execute(code)
+        counts: dict[str, int] = {}
+        error = None
+        result = None
+        while True:
+            try:
+                msg = self.kc.get_iopub_msg(timeout=1)
+            except _q.Empty:
+                if time.perf_counter() - t0 > timeout:
+                    raise TimeoutError(f"cell did not finish in {timeout} s: {code[:60]!r}")
+                continue
+            if msg["parent_header"].get("msg_id") != msg_id:
+                continue
+            kind = msg["msg_type"]
+            counts[kind] = counts.get(kind, 0) + 1
+            if kind == "error":
+                error = "\n".join(msg["content"]["traceback"])
+            elif kind == "execute_result":
+                result = msg["content"]["data"].get("text/plain")
+            elif kind == "status" and msg["content"]["execution_state"] == "idle":
+                break
+        seconds = time.perf_counter() - t0
+        if error:
+            raise RuntimeError(f"cell failed:\n{error}")
+        return {"seconds": seconds, "result": result, "iopub": counts}
+
+    def close(self, wait_s: float = 120.0) -> float:
+        """Shut the kernel down and wait until every process it started (JVM, Python daemon, workers) is
+        gone, so that none of them eats CPU during the next measurement. Returns the seconds waited."""
+        pid = None
+        try:
+            pid = self.km.provisioner.process.pid  # type: ignore[union-attr]
+        except Exception:
+            pass
+        family = descendants(pid) if pid else set()
+        try:
+            self.kc.stop_channels()
+        finally:
+            self.km.shutdown_kernel(now=False)
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < wait_s and any(alive(p) for p in family):
+            time.sleep(0.2)
+        return time.perf_counter() - t0
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def descendants(root: int) -> set[int]:
+    """Every live descendant of process ``root``."""
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    parents[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
+            except OSError:
+                continue
+    out: set[int] = set()
+    frontier = {root}
+    while frontier:
+        frontier = {p for p, pp in parents.items() if pp in frontier} - out
+        out |= frontier
+    return out
