@@ -113,6 +113,10 @@ def _notebook(cells: list[str]) -> dict[str, Any]:
 class Lab:
     """A JupyterLab server on 127.0.0.1 and one Chromium page on it."""
 
+    # What runs the server (after the Python), and where a notebook opens: a subclass can run another front end.
+    APP = ("-m", "jupyterlab", "--LabApp.expose_app_in_browser=True")
+    DOC_URL = "lab/tree"
+
     def __init__(self, tmp: Path) -> None:
         self.tmp = tmp
         self.root = tmp / "root"
@@ -135,20 +139,20 @@ class Lab:
         env.pop("JUPYTER_TORCHDIST_WARMUP", None)  # as a user has it: Spark warms up on %load_ext
         self.log = open(self.tmp / "server.log", "wb")  # noqa: SIM115 (closed in stop)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={self.port}",
-             f"--IdentityProvider.token={self.token}", "--LabApp.expose_app_in_browser=True",
+            [sys.executable, *self.APP, "--no-browser", "--ip=127.0.0.1", f"--port={self.port}",
+             f"--IdentityProvider.token={self.token}",
              f"--ServerApp.root_dir={self.root}", "--allow-root", "--ServerApp.open_browser=False"],
             env=env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"JupyterLab exited: {(self.tmp / 'server.log').read_text()[-3000:]}")
+                raise RuntimeError(f"{self.APP[1]} exited: {(self.tmp / 'server.log').read_text()[-3000:]}")
             try:
                 with urllib.request.urlopen(self.api("status"), timeout=2):
                     return
             except OSError:
                 time.sleep(0.2)
-        raise RuntimeError("JupyterLab did not answer in 60 s")
+        raise RuntimeError(f"{self.APP[1]} did not answer in 60 s")
 
     def api(self, path: str) -> str:
         return f"{self.base}/api/{path}?token={self.token}"
@@ -169,7 +173,7 @@ class Lab:
         self.page.set_default_timeout(30_000)
 
     def open(self, name: str) -> None:
-        self.page.goto(f"{self.base}/lab/tree/{name}?token={self.token}", wait_until="domcontentloaded",
+        self.page.goto(f"{self.base}/{self.DOC_URL}/{name}?token={self.token}", wait_until="domcontentloaded",
                        timeout=120_000)
         self.page.wait_for_function(
             "() => { const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;"
