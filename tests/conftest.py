@@ -85,3 +85,18 @@ def resource_counts() -> dict[str, int]:
 @pytest.fixture
 def descendants():
     return _children
+
+
+@pytest.fixture
+def shell():
+    """An in-process IPython shell with the extension loaded; the singleton is cleared afterwards so
+    later tests do not find a stray shell through get_ipython()."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    sh = InteractiveShell.instance()
+    sh.run_line_magic("load_ext", "jupyter_torchdist")
+    try:
+        yield sh
+    finally:
+        sh.run_line_magic("unload_ext", "jupyter_torchdist")
+        InteractiveShell.clear_instance()

@@ -6,7 +6,6 @@ import socket
 import threading
 
 import pytest
-from IPython.core.interactiveshell import InteractiveShell
 
 from jupyter_torchdist.capture import CaptureError, pack, unpack
 from jupyter_torchdist.cell import compile_cell
@@ -72,13 +71,6 @@ def test_only_what_the_cell_uses_is_captured(ns):
     data = pack(fn, max_bytes=64 * 1024)
     fn2, args, kwargs = unpack(data)
     assert fn2() == 45 and args == () and kwargs == {}
-
-
-@pytest.fixture(scope="module")
-def shell():
-    sh = InteractiveShell.instance()
-    sh.run_line_magic("load_ext", "jupyter_torchdist")
-    return sh
 
 
 def test_magic_names_the_lock_before_launching(shell, capsys, monkeypatch):

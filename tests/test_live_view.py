@@ -82,11 +82,17 @@ def test_live_snapshot_survives_odd_input():
 # -- which view --------------------------------------------------------------------------------
 
 class _NotebookShell:
-    """Stands for ZMQInteractiveShell: make_view only looks at the type's name."""
+    """Stands for ZMQInteractiveShell: make_view only asks whether the shell has a kernel."""
+    kernel = object()
 
 
 class TerminalInteractiveShell:
     pass
+
+
+class _KernelLessShell:
+    """A plain InteractiveShell (embedded IPython, a test): no kernel, so no front end to draw a widget."""
+    kernel = None
 
 
 @pytest.fixture
@@ -105,6 +111,7 @@ def test_make_view_prefers_the_live_view_when_its_front_end_is_built(built):
     assert isinstance(make_view(_NotebookShell(), quiet=True), NullView)
     assert isinstance(make_view(TerminalInteractiveShell()), TextView)
     assert isinstance(make_view(None), TextView)
+    assert isinstance(make_view(_KernelLessShell()), TextView)
 
 
 def test_make_view_falls_back_to_stock_widgets_without_a_built_front_end(built):
@@ -140,7 +147,8 @@ def published(monkeypatch):
     shell = InteractiveShell.instance()
     recorder = _Recorder()
     monkeypatch.setattr(shell, "display_pub", recorder)
-    return recorder.calls
+    yield recorder.calls
+    InteractiveShell.clear_instance()  # no stray shell for later tests' get_ipython()
 
 
 def test_live_view_syncs_snapshots_then_leaves_the_run_report_in_its_place(built, published):

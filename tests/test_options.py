@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import pytest
 from IPython.core.error import UsageError
-from IPython.core.interactiveshell import InteractiveShell
 
 from jupyter_torchdist.options import OptionsError, RunOptions, parse_options
 
@@ -58,13 +57,6 @@ def test_options_object_itself_validates():
                    {"backend_threads": 0}):
         with pytest.raises(OptionsError):
             RunOptions(**kwargs)
-
-
-@pytest.fixture(scope="module")
-def shell():
-    sh = InteractiveShell.instance()
-    sh.run_line_magic("load_ext", "jupyter_torchdist")
-    return sh
 
 
 @pytest.mark.parametrize("line", ["-n 0", "-n zero", "--bogus", "--timeout -1", "-n 2 extra_arg"])

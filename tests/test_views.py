@@ -59,7 +59,7 @@ def test_widget_table_for_64_ranks_scrolls():
     assert table.count('class="jtd-rank"') == 64 and "max-height" in table and "overflow:auto" in table
 
 
-def test_stock_widget_view_draws_then_leaves_the_run_report_in_its_place(monkeypatch):
+def test_stock_widget_view_draws_then_leaves_the_run_report_in_its_place(monkeypatch, request):
     """The fallback where the anywidget front end is not built: same protocol, same ending."""
     from IPython.core.interactiveshell import InteractiveShell
 
@@ -73,6 +73,7 @@ def test_stock_widget_view_draws_then_leaves_the_run_report_in_its_place(monkeyp
             calls.append((data, (transient or {}).get("display_id"), update))
 
     monkeypatch.setattr(InteractiveShell.instance(), "display_pub", Recorder())
+    request.addfinalizer(InteractiveShell.clear_instance)  # no stray shell for later tests' get_ipython()
     st = _state()
     view = WidgetView()
     view.start(st.snapshot(log_tail=view.log_tail))

@@ -23,13 +23,14 @@ class NullView:
 def make_view(shell: Any, quiet: bool = False) -> Any:
     """The view for where the cell runs.
 
-    In a Jupyter front end: the anywidget live view (drawn by the same code as the saved report)
-    when its front end was built and anywidget imports, else the stock-ipywidgets view (a checkout
-    built without Node). Printed text in a terminal or without ipywidgets.
+    In a Jupyter front end (a shell with a kernel): the anywidget live view (drawn by the same code
+    as the saved report) when its front end was built and anywidget imports, else the stock-ipywidgets
+    view (a checkout built without Node). Printed text in a terminal, a shell without a kernel
+    (nobody would draw a widget), or without ipywidgets.
     """
     if quiet:
         return NullView()
-    if shell is not None and type(shell).__name__ != "TerminalInteractiveShell":
+    if getattr(shell, "kernel", None) is not None:
         try:
             from .live import LiveView, live_available
 
