@@ -111,4 +111,6 @@ def test_same_function_same_result_as_pysparks_torch_distributor(spark):
 
     ours = TorchDistributor(num_processes=2, local_mode=True, use_gpu=False).run(train, 0.05, epochs=2)
     theirs = PySparkTorchDistributor(num_processes=2, local_mode=True, use_gpu=False).run(train, 0.05, epochs=2)
-    assert ours == theirs
+    assert ours["rank"] == 0  # always rank 0's value: pyspark's local mode has every rank write one output
+    # file, so its value is whichever rank wrote last (seen: rank 1's). DDP makes the rest equal on all ranks.
+    assert {k: v for k, v in ours.items() if k != "rank"} == {k: v for k, v in theirs.items() if k != "rank"}
