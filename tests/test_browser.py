@@ -301,10 +301,12 @@ def test_live_rows_move_then_the_report_shows_the_value(lab: Lab) -> None:
     lab.shot("report-succeeded", cell)
 
 
-def test_stop_button_stops_the_run_and_the_kernel_stays_usable(lab: Lab) -> None:
-    lab.wait_idle_kernel()
-    lab.run_cell(2)
-    cell = lab.cell(2)
+def check_stop_button(app: Lab, shot: str) -> None:
+    """Cell 2 runs long; its Stop button (through plugin.ts) stops every rank and the kernel stays usable.
+    Shared by the JupyterLab and Notebook 7 tests."""
+    app.wait_idle_kernel()
+    app.run_cell(2)
+    cell = app.cell(2)
     cell.locator(f"{LIVE} {ROW}[data-state='running']").first.wait_for(timeout=240_000)
     stop = cell.locator(f"{LIVE} button.jp-TorchDist-stop")
     assert stop.is_enabled() and cell.locator(f"{LIVE} .jp-TorchDist-stopHint").count() == 0
@@ -314,15 +316,19 @@ def test_stop_button_stops_the_run_and_the_kernel_stays_usable(lab: Lab) -> None
     took = time.monotonic() - clicked
     report = cell.locator(f"{REPORT}[data-status='interrupted']")
     report.wait_for(timeout=10_000)
-    lab.shot("report-stopped", cell)
+    app.shot(shot, cell)
     steps = report.locator(".jp-TorchDist-steps").all_inner_texts()
     assert all(s != "1200/1200" for s in steps), steps
     assert report.locator(f"{ROW}[data-state='stopped']").count() == 2
     assert took < 45, f"the run took {took:.1f} s to stop"
 
-    lab.wait_idle_kernel()
-    lab.run_cell(3)
-    lab.cell(3).locator(".jp-OutputArea-output:has-text('kernel alive: 42')").wait_for(timeout=30_000)
+    app.wait_idle_kernel()
+    app.run_cell(3)
+    app.cell(3).locator(".jp-OutputArea-output:has-text('kernel alive: 42')").wait_for(timeout=30_000)
+
+
+def test_stop_button_stops_the_run_and_the_kernel_stays_usable(lab: Lab) -> None:
+    check_stop_button(lab, "report-stopped")
 
 
 def test_failing_rank_shows_its_traceback_with_the_rank(lab: Lab) -> None:

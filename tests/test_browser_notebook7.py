@@ -13,7 +13,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from .test_browser import ARTIFACTS, CELLS, LIVE, REPORT, ROW, Lab, _notebook, _rows, _skip_reason
+from .test_browser import (ARTIFACTS, CELLS, LIVE, REPORT, ROW, Lab, _notebook, _rows, _skip_reason,
+                           check_stop_button)
 
 pytestmark = [pytest.mark.browser, pytest.mark.spark, pytest.mark.timeout(600)]
 
@@ -120,23 +121,4 @@ def test_live_rows_move_then_the_value_and_the_report_render(nb7: Notebook7) -> 
 
 def test_stop_button_interrupts_the_run(nb7: Notebook7) -> None:
     """The Stop button goes through the plugin (plugin.ts): it finds the notebook in the shell's main area."""
-    nb7.wait_idle_kernel()
-    nb7.run_cell(2)
-    cell = nb7.cell(2)
-    cell.locator(f"{LIVE} {ROW}[data-state='running']").first.wait_for(timeout=240_000)
-    stop = cell.locator(f"{LIVE} button.jp-TorchDist-stop")
-    assert stop.is_enabled() and cell.locator(f"{LIVE} .jp-TorchDist-stopHint").count() == 0
-    clicked = time.monotonic()
-    stop.click()
-    cell.locator(".jp-OutputArea-output:has-text('RunInterrupted')").wait_for(timeout=60_000)
-    took = time.monotonic() - clicked
-    report = cell.locator(f"{REPORT}[data-status='interrupted']")
-    report.wait_for(timeout=10_000)
-    nb7.shot("nb7-report-stopped", cell)
-    assert report.locator(f"{ROW}[data-state='stopped']").count() == 2
-    assert all(s != "1200/1200" for s in report.locator(".jp-TorchDist-steps").all_inner_texts())
-    assert took < 45, f"the run took {took:.1f} s to stop"
-
-    nb7.wait_idle_kernel()
-    nb7.run_cell(3)
-    nb7.cell(3).locator(".jp-OutputArea-output:has-text('kernel alive: 42')").wait_for(timeout=30_000)
+    check_stop_button(nb7, "nb7-report-stopped")
