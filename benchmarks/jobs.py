@@ -14,13 +14,17 @@ import time
 from typing import Any
 
 
-def _ensure_group() -> bool:
-    """Open the gloo group from the env if the launcher has not; True if we opened it."""
+def _ensure_group(backend: str = "gloo") -> bool:
+    """Open the group from the env if the launcher has not (torchrun); True if we opened it."""
     import torch.distributed as dist
 
     if dist.is_initialized():
         return False
-    dist.init_process_group("gloo")
+    if backend == "nccl":
+        import torch
+
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+    dist.init_process_group(backend)
     return True
 
 
@@ -183,12 +187,7 @@ def gpu_throughput(steps: int = 300, warmup: int = 30) -> dict[str, Any]:
     from torch import nn
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    if not dist.is_initialized():
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
-        dist.init_process_group("nccl")
-        opened = True
-    else:
-        opened = False
+    opened = _ensure_group("nccl")
     try:
         dev = torch.device("cuda", torch.cuda.current_device())
         model = nn.Sequential(nn.Linear(2048, 4096), nn.ReLU(), nn.Linear(4096, 4096), nn.ReLU(),
@@ -221,12 +220,7 @@ def gpu_trivial(steps: int = 10) -> dict[str, Any]:
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    if not dist.is_initialized():
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
-        dist.init_process_group("nccl")
-        opened = True
-    else:
-        opened = False
+    opened = _ensure_group("nccl")
     try:
         dev = torch.device("cuda", torch.cuda.current_device())
         model = DDP(torch.nn.Linear(10, 1).to(dev), device_ids=[dev.index])

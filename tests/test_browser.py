@@ -5,6 +5,7 @@ stop button, failure, 64 ranks, reload without a kernel). Screenshots go to ``te
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -247,24 +248,31 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     reason = _skip_reason()
     if reason:
         pytest.skip(reason)
-    ARTIFACTS.mkdir(exist_ok=True)
-    lab = Lab(tmp_path_factory.mktemp("lab"))
-    (lab.root / NOTEBOOK).write_text(json.dumps(_notebook(CELLS)))
-    try:
-        lab.start_server()
-        lab.start_browser()
-        lab.open(NOTEBOOK)
-        lab.wait_idle_kernel()
-        lab.run_cell(0)
-        lab.cell(0).locator(".jp-InputArea-prompt:has-text('[1]')").wait_for(timeout=60_000)
+    with serving(Lab(tmp_path_factory.mktemp("lab")), CELLS, "browser-last") as lab:
         yield lab
+
+
+@contextlib.contextmanager
+def serving(app: Lab, cells: list[str], last_shot: str) -> Iterator[Lab]:
+    """Server and browser up, the notebook open with its first cell (%load_ext) run; all stopped after,
+    with a last screenshot for whoever debugs a failure. Shared by the JupyterLab and Notebook 7 tests."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    (app.root / NOTEBOOK).write_text(json.dumps(_notebook(cells)))
+    try:
+        app.start_server()
+        app.start_browser()
+        app.open(NOTEBOOK)
+        app.wait_idle_kernel()
+        app.run_cell(0)
+        app.cell(0).locator(".jp-InputArea-prompt:has-text('[1]')").wait_for(timeout=60_000)
+        yield app
     finally:
-        if lab.page is not None:
+        if app.page is not None:
             try:
-                lab.shot("browser-last")
+                app.shot(last_shot)
             except Exception:
                 pass
-        lab.stop()
+        app.stop()
 
 
 def _rows(lab: Lab, index: int) -> list[dict[str, Any]]:

@@ -7,18 +7,15 @@ pointed at ``python -m notebook`` and its ``/notebooks/`` pages. Screenshots go 
 """
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator
 
 import pytest
 
-from .test_browser import (ARTIFACTS, CELLS, LIVE, REPORT, ROW, Lab, _notebook, _rows, _skip_reason,
-                           check_stop_button)
+from .test_browser import CELLS, LIVE, REPORT, ROW, Lab, _rows, _skip_reason, check_stop_button, serving
 
 pytestmark = [pytest.mark.browser, pytest.mark.spark, pytest.mark.timeout(600)]
 
-NOTEBOOK = "nb7.ipynb"
 HTML_FALLBACK = ".jupyter-torchdist-report"  # the text/html fallback's root (run_report._html)
 
 
@@ -45,25 +42,9 @@ def nb7(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Notebook7]:
     reason = _skip_reason() or _notebook7_missing()
     if reason:
         pytest.skip(reason)
-    ARTIFACTS.mkdir(exist_ok=True)
-    app = Notebook7(tmp_path_factory.mktemp("nb7"))
     # %load_ext, the 2-rank run with progress and a value, a run only the Stop button ends, a plain cell.
-    (app.root / NOTEBOOK).write_text(json.dumps(_notebook(CELLS[:4])))
-    try:
-        app.start_server()
-        app.start_browser()
-        app.open(NOTEBOOK)
-        app.wait_idle_kernel()
-        app.run_cell(0)
-        app.cell(0).locator(".jp-InputArea-prompt:has-text('[1]')").wait_for(timeout=60_000)
+    with serving(Notebook7(tmp_path_factory.mktemp("nb7")), CELLS[:4], "nb7-last") as app:
         yield app
-    finally:
-        if app.page is not None:
-            try:
-                app.shot("nb7-last")
-            except Exception:
-                pass
-        app.stop()
 
 
 def test_it_is_notebook7_with_the_extension_loaded(nb7: Notebook7) -> None:
