@@ -1,0 +1,236 @@
+"""init/shutdown, the rank layout, and the honest answers to Horovod's build queries.
+
+The process group is torch.distributed's default group. ``init()`` adopts one that is already up (our
+launchers, torchrun scripts that called ``init_process_group``) and otherwise creates it from the torchrun-style
+environment. Only a group created here is ever destroyed here: the launchers own theirs, and a Python-side
+destroy of someone else's gloo group can deadlock in its teardown.
+"""
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from ._errors import HorovodLaunchError, HorovodNotInitializedError, HorovodUnsupportedError, UNSUPPORTED
+
+__all__ = ["init", "shutdown", "is_initialized", "size", "rank", "local_size", "local_rank", "cross_size",
+           "cross_rank", "mpi_threads_supported", "mpi_enabled", "mpi_built", "gloo_enabled", "gloo_built",
+           "nccl_built", "ddl_built", "ccl_built", "cuda_built", "rocm_built", "ProcessSetAll", "global_process_set",
+           "check_initialized", "check_process_set", "control_device"]
+
+_ENV = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
+@dataclass
+class _State:
+    initialized: bool = False
+    owns_group: bool = False
+    local_rank: int = 0
+    local_size: int = 1
+    cross_rank: int = 0
+    cross_size: int = 1
+    cpu_group: bool = True  # the default group takes CPU tensors (gloo in it), so control messages go on CPU
+
+
+_state = _State()
+
+
+def check_initialized() -> None:
+    """Horovod's error for any call before ``init()``; also catches a group destroyed behind our back."""
+    if not _state.initialized or not dist.is_initialized():
+        raise HorovodNotInitializedError("Horovod has not been initialized; use hvd.init().")
+
+
+def _create_group() -> None:
+    missing = [name for name in _ENV if not os.environ.get(name)]
+    if missing:
+        raise HorovodLaunchError(
+            "hvd.init() found no torch.distributed process group and cannot create one: "
+            f"{', '.join(missing)} not set. Launch the ranks with %%distribute -n N in a notebook "
+            "(after %load_ext jupyter_torchdist), `python -m jupyter_torchdist -n N script.py`, "
+            "or `torchrun --nproc-per-node N script.py`.")
+    backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
+    dist.init_process_group(backend, init_method="env://")
+
+
+def _host_layout() -> tuple[int, int, int, int]:
+    """(local_rank, local_size, cross_rank, cross_size) from every rank's host name, when the launcher said nothing.
+
+    Local ranks count in rank order within a host, hosts in order of their first rank, as Horovod does.
+    """
+    hosts: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(hosts, socket.gethostname())
+    me = hosts[dist.get_rank()]
+    order = list(dict.fromkeys(hosts))
+    return (hosts[:dist.get_rank()].count(me), hosts.count(me), order.index(me), len(order))
+
+
+def _layout() -> tuple[int, int, int, int]:
+    env = os.environ
+    if "LOCAL_RANK" in env and "LOCAL_WORLD_SIZE" in env:
+        local_size = int(env["LOCAL_WORLD_SIZE"])
+        cross_size = int(env.get("GROUP_WORLD_SIZE") or max(1, dist.get_world_size() // max(1, local_size)))
+        return int(env["LOCAL_RANK"]), local_size, int(env.get("GROUP_RANK") or 0), cross_size
+    layout = _host_layout()
+    if "LOCAL_RANK" in env:  # the launcher's local rank picks the GPU: keep it
+        return (int(env["LOCAL_RANK"]),) + layout[1:]
+    return layout
+
+
+def init(comm: Any = None, process_sets: Any = None) -> None:
+    """Adopt the default process group, or create it from RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT (env://).
+
+    A no-op when already initialised. The backend created here is "cpu:gloo,cuda:nccl" when CUDA is available
+    (CPU and CUDA tensors share one group, as in Horovod) and "gloo" otherwise.
+    """
+    if comm is not None:
+        raise HorovodUnsupportedError(f"hvd.init(comm=...) is not supported: {UNSUPPORTED['mpi_threads_supported']}; "
+                                      "init() takes the ranks from the launcher.")
+    if process_sets is not None:
+        raise HorovodUnsupportedError(f"hvd.init(process_sets=...) is not supported: {UNSUPPORTED['ProcessSet']}.")
+    if _state.initialized and dist.is_initialized():
+        return
+    owns = not dist.is_initialized()
+    if owns:
+        _create_group()
+    _state.local_rank, _state.local_size, _state.cross_rank, _state.cross_size = _layout()
+    config = str(dist.get_backend_config())
+    _state.cpu_group = "cpu:" in config or config == "gloo"
+    _state.initialized, _state.owns_group = True, owns
+
+
+def shutdown() -> None:
+    """Forget the group; destroy it only if ``init()`` created it (a launcher's group stays up until its exit)."""
+    if _state.initialized and _state.owns_group and dist.is_initialized():
+        dist.destroy_process_group()
+    _state.initialized = False
+    _state.owns_group = False
+
+
+def is_initialized() -> bool:
+    """True between ``init()`` and ``shutdown()``."""
+    return _state.initialized and dist.is_initialized()
+
+
+def size() -> int:
+    """Number of ranks (torch.distributed's world size)."""
+    check_initialized()
+    return dist.get_world_size()
+
+
+def rank() -> int:
+    """This rank's global index."""
+    check_initialized()
+    return dist.get_rank()
+
+
+def local_size() -> int:
+    """Ranks on this host (LOCAL_WORLD_SIZE, else counted from host names)."""
+    check_initialized()
+    return _state.local_size
+
+
+def local_rank() -> int:
+    """This rank's index on its host (LOCAL_RANK, else counted from host names): the GPU to use."""
+    check_initialized()
+    return _state.local_rank
+
+
+def cross_size() -> int:
+    """Number of hosts (GROUP_WORLD_SIZE, else size() // local_size())."""
+    check_initialized()
+    return _state.cross_size
+
+
+def cross_rank() -> int:
+    """This host's index (GROUP_RANK, default 0)."""
+    check_initialized()
+    return _state.cross_rank
+
+
+def control_device() -> torch.device:
+    """Where small bookkeeping tensors go: CPU when the group has gloo, else this rank's current CUDA device."""
+    if _state.cpu_group:
+        return torch.device("cpu")
+    return torch.device("cuda", torch.cuda.current_device())
+
+
+def mpi_threads_supported() -> bool:
+    """Horovod raises without MPI; so do we, saying why."""
+    raise HorovodUnsupportedError(f"hvd.mpi_threads_supported(): {UNSUPPORTED['mpi_threads_supported']}.")
+
+
+def mpi_enabled() -> bool:
+    """False: no MPI here."""
+    return False
+
+
+def mpi_built() -> bool:
+    """False: no MPI here."""
+    return False
+
+
+def gloo_enabled() -> bool:
+    """True when the default group runs gloo (CPU tensors)."""
+    return is_initialized() and "gloo" in str(dist.get_backend_config())
+
+
+def gloo_built() -> bool:
+    """Whether this torch has gloo."""
+    return dist.is_gloo_available()
+
+
+def nccl_built() -> bool:
+    """Whether this torch has NCCL."""
+    return dist.is_nccl_available()
+
+
+def ddl_built() -> bool:
+    """False: IBM DDL is not used."""
+    return False
+
+
+def ccl_built() -> bool:
+    """False: oneCCL is not used."""
+    return False
+
+
+def cuda_built() -> bool:
+    """Whether this torch was built with CUDA."""
+    return torch.version.cuda is not None
+
+
+def rocm_built() -> bool:
+    """Whether this torch was built for ROCm."""
+    return torch.version.hip is not None
+
+
+class ProcessSetAll:
+    """Horovod's global process set: all ranks. Passing it as ``process_set=`` is the same as passing nothing."""
+
+    process_set_id = 0
+
+    def size(self) -> int:
+        return size()
+
+    def rank(self) -> int:
+        return rank()
+
+    def included(self) -> bool:
+        return True
+
+    def __repr__(self) -> str:
+        return "hvd.global_process_set"
+
+
+global_process_set = ProcessSetAll()
+
+
+def check_process_set(process_set: Any) -> None:
+    """Only the global set exists; anything else fails at once rather than silently reducing over everyone."""
+    if process_set is not None and process_set is not global_process_set:
+        raise HorovodUnsupportedError(f"process_set={process_set!r}: {UNSUPPORTED['ProcessSet']}.")
