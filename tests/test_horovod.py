@@ -181,3 +181,278 @@ def test_every_call_matches_torch_distributed(n):
         assert out["err-mpi-threads"].startswith("HorovodUnsupportedError")
         assert torch.equal(out["after-errors"], torch.full((2,), float(n)))
         assert out["after-shutdown"] == (False, True)
+
+
+# ------------------------------------------------------------------------------------------ DistributedOptimizer
+
+class _Net(torch.nn.Module):
+    def __init__(self, extra: bool) -> None:
+        super().__init__()
+        self.body = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+        self.extra = torch.nn.Linear(6, 1) if extra else None  # used on rank 0 only: None grads elsewhere
+
+    def forward(self, x: torch.Tensor, use_extra: bool) -> torch.Tensor:
+        y = self.body(x)
+        return y + self.extra(x) if use_extra and self.extra is not None else y
+
+
+def _net(extra: bool = False) -> torch.nn.Module:
+    torch.manual_seed(0)  # the same start on every rank, as after a broadcast
+    return _Net(extra)
+
+
+def _loss(net: torch.nn.Module, rank: int, step: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(1000 * rank + step)
+    x = torch.randn(8, 6, generator=g)
+    return ((net(x, use_extra=rank == 0) - x.sum(1, keepdim=True)) ** 2).mean()
+
+
+def _optimizer(kind: str, params) -> torch.optim.Optimizer:
+    if kind == "sgd":
+        return torch.optim.SGD(params, lr=0.05, momentum=0.9)
+    return torch.optim.Adam(params, lr=0.01)
+
+
+def _ddp(kind: str, steps: int, passes: int = 1, clip: float = 0.0, extra: bool = False) -> list[torch.Tensor]:
+    import contextlib
+
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    model = DDP(_net(extra), find_unused_parameters=extra)
+    opt = _optimizer(kind, model.parameters())
+    for step in range(steps):
+        for k in range(passes):
+            with model.no_sync() if k < passes - 1 else contextlib.nullcontext():
+                _loss(model, dist.get_rank(), step * passes + k).backward()
+        if clip:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        opt.step()
+        opt.zero_grad()
+    return [p.detach().clone() for p in model.module.parameters()]
+
+
+def _hvd(kind: str, steps: int, passes: int = 1, clip: float = 0.0, extra: bool = False, **options) -> list:
+    model = _net(extra)
+    opt = hvd.DistributedOptimizer(_optimizer(kind, model.parameters()), named_parameters=model.named_parameters(),
+                                   backward_passes_per_step=passes, **options)
+    for step in range(steps):
+        for k in range(passes):
+            _loss(model, hvd.rank(), step * passes + k).backward()
+        if clip:
+            opt.synchronize()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+            with opt.skip_synchronize():
+                opt.step()
+        else:
+            opt.step()
+        opt.zero_grad()
+    return [p.detach().clone() for p in model.parameters()]
+
+
+def _wire_dtypes(fn, *args, **kwargs) -> tuple:
+    """Run fn while recording the dtype of every floating tensor handed to dist.all_reduce (what travels)."""
+    import torch.distributed as dist
+
+    seen: set = set()
+    original = dist.all_reduce
+
+    def spy(tensor, *a, **kw):
+        if tensor.is_floating_point():
+            seen.add(tensor.dtype)
+        return original(tensor, *a, **kw)
+
+    dist.all_reduce = spy
+    try:
+        return fn(*args, **kwargs), seen
+    finally:
+        dist.all_reduce = original
+
+
+def _optimizer_checks() -> dict:
+    model = _net()
+    opt = hvd.DistributedOptimizer(torch.optim.Adam(model.parameters()), backward_passes_per_step=2)
+    sched = torch.optim.lr_scheduler.StepLR(opt, 1)  # schedulers accept it: it is an Adam
+    out: dict = {"class": (type(opt).__name__, isinstance(opt, torch.optim.Adam))}
+    _loss(model, hvd.rank(), 0).backward()
+    try:
+        opt.zero_grad()
+        out["zero_grad-mid-accumulation"] = "no error"
+    except AssertionError as exc:
+        out["zero_grad-mid-accumulation"] = str(exc)
+    _loss(model, hvd.rank(), 1).backward()
+    out["launched-in-backward"] = opt._hvd_reducer._next == len(opt._hvd_reducer.buckets)  # before step()
+    opt.step()
+    sched.step()
+    state = opt.state_dict()
+    opt.zero_grad()
+    opt.load_state_dict(state)
+    out["lr-after-scheduler"] = opt.param_groups[0]["lr"]
+    big = torch.nn.Linear(600, 600)  # 1.4 MB: over the 1 MB first bucket
+    out["buckets"] = [len(hvd.DistributedOptimizer(torch.optim.SGD(m.parameters()), groups=g)._hvd_reducer.buckets)
+                      for m, g in ((_net(), None), (_net(), 2), (_net(), 3), (big, None))]
+    return out
+
+
+def optimizer_vs_ddp() -> dict:
+    hvd.init()
+    steps = 4
+    out: dict = {}
+    for kind in ("sgd", "adam"):
+        out[kind] = (_hvd(kind, steps), _ddp(kind, steps))
+    out["adam-groups"] = (_hvd("adam", steps, groups=2), out["adam"][1])
+    out["sgd-unused-param"] = (_hvd("sgd", steps, extra=True), _ddp("sgd", steps, extra=True))
+    out["sgd-2-passes"] = (_hvd("sgd", steps, passes=2), _ddp("sgd", steps, passes=2))
+    out["sgd-predivide"] = (_hvd("sgd", steps, gradient_predivide_factor=2.0), out["sgd"][1])
+    out["sgd-clip"] = (_hvd("sgd", steps, clip=0.5), _ddp("sgd", steps, clip=0.5))
+    fp16, out["fp16-wire"] = _wire_dtypes(_hvd, "sgd", steps, compression=hvd.Compression.fp16)
+    out["fp16"] = (fp16, out["sgd"][1])
+    out["plain-wire"] = _wire_dtypes(_hvd, "sgd", 1)[1]
+    out.update(_optimizer_checks())
+    return out
+
+
+def test_distributed_optimizer_equals_ddp():
+    values = jt.run(optimizer_vs_ddp, n=2, **RUN)
+    for r, out in enumerate(values):
+        for key in ("sgd", "adam", "adam-groups", "sgd-unused-param", "sgd-2-passes", "sgd-predivide", "sgd-clip"):
+            ours, ddp = out[key]
+            assert all(torch.allclose(a, b, rtol=1e-5, atol=1e-6) for a, b in zip(ours, ddp)), f"rank {r} {key}"
+        ours, ddp = out["fp16"]
+        assert all(torch.allclose(a, b, rtol=1e-2, atol=1e-2) for a, b in zip(ours, ddp))
+        assert any(not torch.equal(a, b) for a, b in zip(ours, ddp))  # it really went through float16
+        assert out["fp16-wire"] == {torch.float16} and out["plain-wire"] == {torch.float32}
+        assert out["class"] == ("Adam", True)
+        assert out["zero_grad-mid-accumulation"].startswith("optimizer.zero_grad() was called after loss.backward()")
+        assert out["lr-after-scheduler"] == pytest.approx(0.0001)
+        assert out["launched-in-backward"] and out["buckets"] == [1, 2, 3, 2]
+    for key in ("sgd", "adam"):
+        assert all(torch.equal(a, b) for a, b in zip(values[0][key][0], values[1][key][0]))  # ranks agree
+
+
+# -------------------------------------------------------------------------------------------- broadcast state
+
+def _state_equal(a, b) -> bool:
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b)
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(_state_equal(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(_state_equal(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+def broadcast_state() -> dict:
+    import copy
+
+    hvd.init()
+    r = hvd.rank()
+    torch.manual_seed(r)  # every rank starts different
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.BatchNorm1d(3))
+    model(torch.randn(5, 4))  # BatchNorm buffers differ too (running stats, num_batches_tracked)
+    out: dict = {"before": copy.deepcopy(model.state_dict())}
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    out["model"] = copy.deepcopy(model.state_dict())
+    head = torch.nn.Linear(3, 2)
+    hvd.broadcast_parameters(head.named_parameters(), root_rank=1)  # a generator of (name, tensor) pairs
+    out["head"] = copy.deepcopy(head.state_dict())
+    for kind in ("sgd", "adam"):
+        opt = _optimizer(kind, model.parameters())
+        if r == 0:  # only the root has state (and a changed learning rate); the others are fresh
+            opt.param_groups[0]["lr"] = 0.123
+            for _ in range(2):
+                model(torch.randn(5, 4)).sum().backward()
+                opt.step()
+                opt.zero_grad()
+        wrapped = hvd.DistributedOptimizer(opt) if kind == "adam" else opt
+        out[f"{kind}-fresh"] = len(opt.state) == 0
+        hvd.broadcast_optimizer_state(wrapped, root_rank=0)
+        out[kind] = copy.deepcopy(wrapped.state_dict())
+        hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    model(torch.randn(5, 4) * (r + 1)).sum().backward()  # one distributed step from the common state
+    wrapped.step()
+    out["after-step"] = [p.detach().clone() for p in model.parameters()]  # (BatchNorm statistics stay local)
+    return out
+
+
+def test_broadcast_parameters_and_optimizer_state():
+    values = jt.run(broadcast_state, n=3, **RUN)
+    root = values[0]
+    assert not _state_equal(values[1]["before"], root["before"])  # the ranks really started apart
+    assert [v["sgd-fresh"] for v in values] == [False, True, True] == [v["adam-fresh"] for v in values]
+    assert root["sgd"]["state"] and root["sgd"]["param_groups"][0]["lr"] == 0.123
+    assert set(root["adam"]["state"][0]) == {"step", "exp_avg", "exp_avg_sq"}
+    for v in values:
+        for key in ("model", "sgd", "adam", "after-step"):
+            assert _state_equal(v[key], root[key]), key
+        assert _state_equal(v["head"], values[1]["head"])  # rank 1 was the root for this one
+
+
+# ------------------------------------------------------------------------------------------------------- join
+
+def _simulate(batches: list[int]) -> list[list[torch.Tensor]]:
+    """Horovod's join semantics computed in one process: a joined rank adds zeros, the average divides by size."""
+    model = _net()
+    opt = _optimizer("sgd", model.parameters())
+    snapshots: dict[int, list[torch.Tensor]] = {}
+    for step in range(max(batches)):
+        grads = [torch.zeros_like(p) for p in model.parameters()]
+        for rank, count in enumerate(batches):
+            if step < count:
+                model.zero_grad()
+                _loss(model, rank, step).backward()
+                grads = [g + p.grad for g, p in zip(grads, model.parameters())]
+        for p, g in zip(model.parameters(), grads):
+            p.grad = g / len(batches)
+        opt.step()
+        snapshots[step + 1] = [p.detach().clone() for p in model.parameters()]
+    return [snapshots[count] for count in batches]
+
+
+def join_uneven(batches: list[int]) -> dict:
+    import torch.distributed as dist
+
+    hvd.init()
+    r, n = hvd.rank(), hvd.size()
+    model = _net()
+    opt = hvd.DistributedOptimizer(_optimizer("sgd", model.parameters()), named_parameters=model.named_parameters())
+    out: dict = {}
+    for step in range(batches[r]):
+        loss = _loss(model, r, step)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        hvd.allreduce(loss.detach())  # a metric, as Horovod examples do: also served by joined ranks
+    if batches[r] == max(batches):  # everyone else has joined by now
+        out["mean"] = hvd.allreduce(torch.tensor([float(r + 1)]))
+        out["sum"] = hvd.allreduce(torch.tensor([r + 1], dtype=torch.int64), op=hvd.Sum)
+        for name, call in (("allgather", lambda: hvd.allgather(torch.ones(1))),
+                           ("broadcast", lambda: hvd.broadcast(torch.ones(1), 0)),
+                           ("alltoall", lambda: hvd.alltoall(torch.ones(n)))):
+            try:
+                call()
+                out[name] = "no error"
+            except hvd.JoinedRankError as exc:
+                out[name] = str(exc)
+    out["last"] = hvd.join()
+    out["after"] = hvd.allgather(torch.tensor([r]))  # all active again: everything works
+    out["params"] = [p.detach().clone() for p in model.parameters()]
+    out["predicted"] = _simulate(batches)[r]
+    out["dist-still-up"] = dist.is_initialized()
+    return out
+
+
+@pytest.mark.parametrize("batches", [[2, 4], [1, 3, 2]])
+def test_join_with_uneven_batches(batches):
+    values = jt.run(join_uneven, batches, n=len(batches), **RUN)
+    n, longest = len(batches), batches.index(max(batches))
+    for r, out in enumerate(values):
+        assert out["last"] == longest
+        assert torch.equal(out["after"], torch.arange(n))
+        assert all(torch.allclose(a, b, rtol=1e-5, atol=1e-6) for a, b in zip(out["params"], out["predicted"]))
+    late = values[longest]
+    assert torch.allclose(late["mean"], torch.tensor([(longest + 1) / n]))  # zeros from the joined, / size
+    assert torch.equal(late["sum"], torch.tensor([longest + 1]))
+    assert "allgather is not supported while a rank has called hvd.join()" in late["allgather"]
+    assert "sparse_as_dense=True" in late["allgather"]
+    assert "broadcast is not supported" in late["broadcast"] and "alltoall is not supported" in late["alltoall"]
