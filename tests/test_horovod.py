@@ -232,10 +232,15 @@ def _ddp(kind: str, steps: int, passes: int = 1, clip: float = 0.0, extra: bool 
     return [p.detach().clone() for p in model.module.parameters()]
 
 
-def _hvd(kind: str, steps: int, passes: int = 1, clip: float = 0.0, extra: bool = False, **options) -> list:
+def _hvd(kind: str, steps: int, passes: int = 1, clip: float = 0.0, extra: bool = False, add_later: bool = False,
+         **options) -> list:
     model = _net(extra)
-    opt = hvd.DistributedOptimizer(_optimizer(kind, model.parameters()), named_parameters=model.named_parameters(),
-                                   backward_passes_per_step=passes, **options)
+    params = list(model.parameters())
+    opt = hvd.DistributedOptimizer(_optimizer(kind, params[:2] if add_later else params),
+                                   named_parameters=model.named_parameters(), backward_passes_per_step=passes,
+                                   **options)
+    if add_later:  # the new parameters get averaged too
+        opt.add_param_group({"params": params[2:]})
     for step in range(steps):
         for k in range(passes):
             _loss(model, hvd.rank(), step * passes + k).backward()
@@ -308,14 +313,39 @@ def optimizer_vs_ddp() -> dict:
     fp16, out["fp16-wire"] = _wire_dtypes(_hvd, "sgd", steps, compression=hvd.Compression.fp16)
     out["fp16"] = (fp16, out["sgd"][1])
     out["plain-wire"] = _wire_dtypes(_hvd, "sgd", 1)[1]
+    out["sgd-added-group"] = (_hvd("sgd", steps, add_later=True), out["sgd"][1])
     out.update(_optimizer_checks())
+    out.update(_without_join_protocol(steps, out["sgd"][1]))
     return out
+
+
+def _without_join_protocol(steps: int, ddp: list) -> dict:
+    """JUPYTER_TORCHDIST_HOROVOD_JOIN=0: the same results, only the data on the wire (DDP's traffic), no join()."""
+    import torch.distributed as dist
+
+    hvd.shutdown()
+    os.environ["JUPYTER_TORCHDIST_HOROVOD_JOIN"] = "0"
+    hvd.init()  # adopts the launcher's group again, reading the variable
+    calls: list = []
+    original = dist.all_reduce
+    dist.all_reduce = lambda tensor, *a, **kw: calls.append(tensor.dtype) or original(tensor, *a, **kw)
+    try:
+        ours = _hvd("sgd", steps)
+    finally:
+        dist.all_reduce = original
+    try:
+        hvd.join()
+        refused = "no error"
+    except RuntimeError as exc:
+        refused = str(exc)
+    return {"no-join-protocol": (ours, ddp), "no-join-calls": calls, "no-join-refused": refused}
 
 
 def test_distributed_optimizer_equals_ddp():
     values = jt.run(optimizer_vs_ddp, n=2, **RUN)
     for r, out in enumerate(values):
-        for key in ("sgd", "adam", "adam-groups", "sgd-unused-param", "sgd-2-passes", "sgd-predivide", "sgd-clip"):
+        for key in ("sgd", "adam", "adam-groups", "sgd-unused-param", "sgd-2-passes", "sgd-predivide", "sgd-clip",
+                    "sgd-added-group", "no-join-protocol"):
             ours, ddp = out[key]
             assert all(torch.allclose(a, b, rtol=1e-5, atol=1e-6) for a, b in zip(ours, ddp)), f"rank {r} {key}"
         ours, ddp = out["fp16"]
@@ -326,6 +356,8 @@ def test_distributed_optimizer_equals_ddp():
         assert out["zero_grad-mid-accumulation"].startswith("optimizer.zero_grad() was called after loss.backward()")
         assert out["lr-after-scheduler"] == pytest.approx(0.0001)
         assert out["launched-in-backward"] and out["buckets"] == [1, 2, 3, 2]
+        assert out["no-join-calls"] == [torch.float32] * 4  # one allreduce per step, no control messages
+        assert "JUPYTER_TORCHDIST_HOROVOD_JOIN=0" in out["no-join-refused"]
     for key in ("sgd", "adam"):
         assert all(torch.equal(a, b) for a, b in zip(values[0][key][0], values[1][key][0]))  # ranks agree
 

@@ -20,9 +20,10 @@ from ._errors import HorovodLaunchError, HorovodNotInitializedError, HorovodUnsu
 __all__ = ["init", "shutdown", "is_initialized", "size", "rank", "local_size", "local_rank", "cross_size",
            "cross_rank", "mpi_threads_supported", "mpi_enabled", "mpi_built", "gloo_enabled", "gloo_built",
            "nccl_built", "ddl_built", "ccl_built", "cuda_built", "rocm_built", "ProcessSetAll", "global_process_set",
-           "check_initialized", "check_process_set", "control_device"]
+           "check_initialized", "check_process_set", "control_device", "join_protocol", "JOIN_ENV"]
 
 _ENV = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+JOIN_ENV = "JUPYTER_TORCHDIST_HOROVOD_JOIN"  # "0": no control messages, hence no join() (DDP's exact traffic)
 
 
 @dataclass
@@ -34,6 +35,7 @@ class _State:
     cross_rank: int = 0
     cross_size: int = 1
     cpu_group: bool = True  # the default group takes CPU tensors (gloo in it), so control messages go on CPU
+    join_protocol: bool = True  # allreduces announce themselves so that join() works (see _control)
 
 
 _state = _State()
@@ -100,6 +102,7 @@ def init(comm: Any = None, process_sets: Any = None) -> None:
     _state.local_rank, _state.local_size, _state.cross_rank, _state.cross_size = _layout()
     config = str(dist.get_backend_config())
     _state.cpu_group = "cpu:" in config or config == "gloo"
+    _state.join_protocol = os.environ.get(JOIN_ENV, "1").strip() != "0"
     _state.initialized, _state.owns_group = True, owns
 
 
@@ -157,6 +160,11 @@ def control_device() -> torch.device:
     if _state.cpu_group:
         return torch.device("cpu")
     return torch.device("cuda", torch.cuda.current_device())
+
+
+def join_protocol() -> bool:
+    """Whether allreduces carry the join protocol's control message (on unless JUPYTER_TORCHDIST_HOROVOD_JOIN=0)."""
+    return _state.join_protocol
 
 
 def mpi_threads_supported() -> bool:

@@ -89,7 +89,7 @@ class Reducer:
                  predivide: float, sparse_as_dense: bool, passes: int) -> None:
         self.buckets = [_Bucket(b) for b in layout]
         self._where = {id(p): i for i, b in enumerate(layout) for p in b}
-        self.compression, self.op, self.sparse_as_dense = compression, op, sparse_as_dense
+        self.compression, self.op, self.sparse_as_dense, self.predivide = compression, op, sparse_as_dense, predivide
         self.scale = (1.0 / predivide, predivide) if op == Average else (1.0, 1.0)
         self.passes = passes
         self._left = {key: passes for key in self._where}
@@ -97,6 +97,11 @@ class Reducer:
         self._lock = threading.Lock()
         self._hooks = [p.register_post_accumulate_grad_hook(self._ready)  # type: ignore[no-untyped-call]
                        for b in layout for p in b]
+
+    def rebuilt(self, layout: list[list[torch.Tensor]]) -> Reducer:
+        """A reducer with the same options over a new layout; this one's hooks are removed."""
+        self.remove_hooks()
+        return Reducer(layout, self.compression, self.op, self.predivide, self.sparse_as_dense, self.passes)
 
     def set_passes(self, passes: int) -> None:
         self.passes = passes

@@ -8,7 +8,7 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
-from ._basics import check_initialized, check_process_set
+from ._basics import check_initialized, check_process_set, join_protocol
 from ._compression import Compression, Compressor
 from ._control import BARRIER, WIRE_OPS, announce, require_all
 from ._errors import UNSUPPORTED, HorovodUnsupportedError
@@ -96,10 +96,10 @@ def start_allreduce(tensor: torch.Tensor, op: ReduceOp, prescale: float = 1.0, p
         postscale = postscale / dist.get_world_size()
     scale_(tensor, prescale)
     wire = _WIRE[op]
-    control = announce(tensor, wire)
+    works = [announce(tensor, wire)] if join_protocol() else []
     work = dist.all_reduce(tensor, op=WIRE_OPS[wire], async_op=True)
     assert work is not None
-    return Handle([control, work], lambda: scale_(tensor, postscale))
+    return Handle([*works, work], lambda: scale_(tensor, postscale))
 
 
 def _check(process_set: Any, tensor: Any) -> None:

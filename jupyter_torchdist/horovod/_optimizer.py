@@ -26,6 +26,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     """Placed before the wrapped optimizer's class in the MRO; ``super()`` is the wrapped class."""
 
     _hvd_reducer: Reducer
+    _hvd_groups: Any
     _hvd_synchronized: bool
     _hvd_should_synchronize: bool
 
@@ -68,11 +69,27 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._hvd_synchronized, self._hvd_should_synchronize = False, True
         super().load_state_dict(state_dict)
 
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        """Add the group and rebuild the buckets, so that the new parameters' gradients are averaged too.
+
+        (Horovod would silently leave them local.) Every rank must add the same groups in the same order.
+        """
+        super().add_param_group(param_group)
+        reducer = getattr(self, "_hvd_reducer", None)
+        if reducer is not None:
+            if reducer.in_progress():
+                raise AssertionError("add_param_group() was called between loss.backward() and optimizer.step().")
+            self._hvd_reducer = reducer.rebuilt(plan_buckets(_trainable(self), self._hvd_groups))
+
     def set_backward_passes_per_step(self, passes: int) -> None:
         """Change how many backward passes are accumulated locally before communicating."""
         if passes <= 0:
             raise ValueError("backward_passes_per_step must be > 0")
         self._hvd_reducer.set_passes(passes)
+
+
+def _trainable(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
+    return [p for group in optimizer.param_groups for p in group["params"] if p.requires_grad]
 
 
 def _check_names(named_parameters: Any, params: list[torch.Tensor]) -> None:
@@ -118,7 +135,7 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters: Any
     check_process_set(process_set)
     reduce_op = resolve_op(op, None)
     _validate(reduce_op, gradient_predivide_factor, backward_passes_per_step)
-    params = [p for group in optimizer.param_groups for p in group["params"] if p.requires_grad]
+    params = _trainable(optimizer)
     _check_names(named_parameters, params)
     if num_groups and groups is None:
         warnings.warn("Parameter `num_groups` has been replaced by `groups` and will be removed in v0.23.0.",
@@ -129,5 +146,5 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters: Any
     wrapped.__dict__.update(optimizer.__dict__)
     wrapped._hvd_reducer = Reducer(plan_buckets(params, groups), compression, reduce_op, gradient_predivide_factor,
                                    sparse_as_dense, backward_passes_per_step)
-    wrapped._hvd_synchronized, wrapped._hvd_should_synchronize = False, True
+    wrapped._hvd_groups, wrapped._hvd_synchronized, wrapped._hvd_should_synchronize = groups, False, True
     return wrapped
