@@ -24,14 +24,15 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import common  # noqa: E402
-import phases  # noqa: E402
+import common
+import phases
 
 jobs = common.register_jobs()
+MODES = ["none", "report", "tqdm"]
 
 
 class CountingView:
-    """A RunView that only counts and timestamps its calls (supervisor.RunView protocol)."""
+    """A RunView that only counts and timestamps its calls (the jupyter_torchdist.views.RunView protocol)."""
     log_tail = 0
 
     def __init__(self) -> None:
@@ -57,85 +58,103 @@ class CountingView:
         return best
 
 
-def stalled_kernel_cost(calls: int = 200_000) -> dict[str, Any]:
-    """report() through RankClient when the kernel never reads: a socket pair, one end ignored."""
-    from jupyter_torchdist import rank_api
-    from jupyter_torchdist.rank_client import RankClient
-
-    out: dict[str, Any] = {}
-    for label, reader in (("kernel reading", True), ("kernel stalled", False)):
-        a, b = socket.socketpair()
-        a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 16)
-        stop = threading.Event()
-        if reader:
-            def drain() -> None:
-                b.settimeout(0.2)
-                while not stop.is_set():
-                    try:
-                        if not b.recv(1 << 20):
-                            return
-                    except socket.timeout:
-                        continue
-                    except OSError:
-                        return
-            th = threading.Thread(target=drain, daemon=True)
-            th.start()
-        client = RankClient(a)
-        rank_api._sink.post = client.post_progress
-        lat = []
+def _drain(sock: socket.socket, stop: threading.Event) -> None:
+    """A kernel that reads: take everything off ``sock`` until ``stop`` is set or the peer goes."""
+    sock.settimeout(0.2)
+    while not stop.is_set():
         try:
-            for step in range(calls):
-                t0 = time.perf_counter()
-                rank_api.report(step=step, total=calls, loss=1.0)
-                lat.append(time.perf_counter() - t0)
-        finally:
-            rank_api._sink.post = None
-        lat.sort()
-        out[label] = {"calls": calls, "mean_us": 1e6 * sum(lat) / len(lat), "p50_us": 1e6 * lat[len(lat) // 2],
-                      "p99_us": 1e6 * lat[int(len(lat) * 0.99)], "max_us": 1e6 * lat[-1],
-                      "dropped": client.dropped_progress}
-        stop.set()
-        b.close()  # a sender blocked on the full socket gets an error and ends
-        a.close()
+            if not sock.recv(1 << 20):
+                return
+        except TimeoutError:
+            continue
+        except OSError:
+            return
+
+
+def _report_latencies(client: Any, calls: int) -> list[float]:
+    """Seconds of each of ``calls`` report() calls posting through ``client``, sorted."""
+    from jupyter_torchdist.rank import api as rank_api
+
+    rank_api._sink.post = client.post_progress
+    lat = []
+    try:
+        for step in range(calls):
+            t0 = time.perf_counter()
+            rank_api.report(step=step, total=calls, loss=1.0)
+            lat.append(time.perf_counter() - t0)
+    finally:
+        rank_api._sink.post = None
+    lat.sort()
+    return lat
+
+
+def _stall_case(calls: int, reader: bool) -> dict[str, Any]:
+    """report() through RankClient over a socket pair whose other end is read (``reader``) or ignored."""
+    from jupyter_torchdist.rank.client import RankClient
+
+    a, b = socket.socketpair()
+    a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 16)
+    stop = threading.Event()
+    if reader:
+        threading.Thread(target=_drain, args=(b, stop), daemon=True).start()
+    client = RankClient(a)
+    lat = _report_latencies(client, calls)
+    out = {"calls": calls, "mean_us": 1e6 * sum(lat) / len(lat), "p50_us": 1e6 * lat[len(lat) // 2],
+           "p99_us": 1e6 * lat[int(len(lat) * 0.99)], "max_us": 1e6 * lat[-1], "dropped": client.dropped_progress}
+    stop.set()
+    b.close()  # a sender blocked on the full socket gets an error and ends
+    a.close()
     return out
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def stalled_kernel_cost(calls: int = 200_000) -> dict[str, Any]:
+    """report() through RankClient when the kernel never reads: a socket pair, one end ignored."""
+    cases = (("kernel reading", True), ("kernel stalled", False))
+    return {label: _stall_case(calls, reader) for label, reader in cases}
+
+
+def parse_args() -> argparse.Namespace:
+    ap = common.parser(__doc__)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=3000)
     ap.add_argument("--work", default="32,192", help="matmul sizes: a tiny step and a ~1 ms step")
     ap.add_argument("--flood-ranks", type=int, default=8)
     ap.add_argument("--flood-hz", type=float, default=1000.0)
     ap.add_argument("--flood-seconds", type=float, default=3.0)
-    args = ap.parse_args()
-    started = time.perf_counter()
-    common.wait_for_quiet()
-    info = common.machine()
-    common.header("bench_report: cost of report() and tqdm on the rank; front-end update rate", info)
+    return ap.parse_args()
 
-    import jupyter_torchdist as jtd
-    from jupyter_torchdist.launchers import spark as backend
 
-    spark, _ = backend.get_session(args.flood_ranks)  # local[8]: the flood needs 8 slots
-    warm_s, _ = common.timed(lambda: backend.warm_up_async().join())
+def start_session() -> Any:
+    """The embedded session (it has the slots the flood needs from the start), then the warm-up."""
+    from jupyter_torchdist.launchers import spark_session as backend
+
+    spark, _ = backend.get_session()
+    warm_s = common.warm_up()
     print(f"session {spark.sparkContext.master}, warm-up {warm_s:.2f} s", flush=True)
+    return spark
 
-    # -- A: cost on the rank ------------------------------------------------------------------------------------
-    works = [int(w) for w in args.work.split(",")]
-    modes = ["none", "report", "tqdm"]
-    cost: dict[int, dict[str, list[dict[str, Any]]]] = {w: {m: [] for m in modes} for w in works}
+
+def measure_cost(args: argparse.Namespace, works: list[int]) -> dict[int, dict[str, list[dict[str, Any]]]]:
+    """A: the loop with each reporting mode, every rank's numbers, ``--rounds`` rounds (modes rotating)."""
+    import jupyter_torchdist as jtd
+
+    cost: dict[int, dict[str, list[dict[str, Any]]]] = {w: {m: [] for m in MODES} for w in works}
     for r in range(args.rounds):
         for w in works:
-            for mode in modes[r % 3:] + modes[:r % 3]:
+            for mode in common.rotated(MODES, r):
                 time.sleep(0.3)
                 values = jtd.run(jobs.report_cost, mode, args.steps, w, n=2, all_ranks=True)
                 cost[w][mode].extend(values)
         print(f"round {r} done", flush=True)
-    rows, kv = [], {}
+    return cost
+
+
+def print_cost(cost: dict[int, dict[str, list[dict[str, Any]]]], works: list[int], kv: dict[str, Any]) -> None:
+    """A's table: step time per mode, report() µs per call, overhead against the plain loop (into ``kv``)."""
+    rows = []
     for w in works:
         base = common.median([v["step_us"] for v in cost[w]["none"]])
-        for mode in modes:
+        for mode in MODES:
             vals = cost[w][mode]
             step = common.median([v["step_us"] for v in vals])
             per_call = common.median([v["report_us"] for v in vals]) if mode == "report" else None
@@ -152,8 +171,8 @@ def main() -> None:
     print(common.table(["matmul n", "mode", "step µs", "report() µs/call", "worst call µs", "step time vs none"],
                        rows))
 
-    # -- B: never blocking ---------------------------------------------------------------------------------------
-    stall = stalled_kernel_cost()
+
+def print_stall(stall: dict[str, Any], kv: dict[str, Any]) -> None:
     print("\n## B. report() when the kernel stops reading (RankClient over a socket nobody reads)")
     print(common.table(["kernel", "calls", "mean µs", "p50 µs", "p99 µs", "max µs", "progress dropped"],
                        [[k, v["calls"], f"{v['mean_us']:.2f}", f"{v['p50_us']:.2f}", f"{v['p99_us']:.2f}",
@@ -161,53 +180,76 @@ def main() -> None:
     kv["stalled_report_mean_us"] = stall["kernel stalled"]["mean_us"]
     kv["stalled_report_p99_us"] = stall["kernel stalled"]["p99_us"]
 
-    # -- C: front-end message rate ------------------------------------------------------------------------------------
+
+def flood(args: argparse.Namespace, spark: Any) -> dict[str, Any]:
+    """C: ``--flood-ranks`` ranks reporting at ``--flood-hz`` under a CountingView; what reached the kernel."""
+    import jupyter_torchdist as jtd
+
     view = CountingView()
     with phases.record(spark) as rec:
         t0 = time.perf_counter()
         result = jtd.run_detailed(jobs.report_flood, args.flood_hz, args.flood_seconds, n=args.flood_ranks,
                                   all_ranks=True, view=view)
         run_s = time.perf_counter() - t0
-    progress_in = sum(1 for _, name in rec.raw if name.startswith("rank") and name.endswith(":progress"))
-    dropped_msgs = sum(1 for _, name in rec.raw if name.endswith(":dropped"))
-    sent = sum(v["sent"] for v in result.value)
-    achieved = [v["achieved_hz"] for v in result.value]
-    worst_call = max(v["worst_report_us"] for v in result.value)
-    first_prog = min((at for at, name in rec.raw if name.endswith(":progress")), default=None)
-    last_prog = max((at for at, name in rec.raw if name.endswith(":progress")), default=None)
-    flood_s = (last_prog - first_prog) if first_prog and last_prog else args.flood_seconds
-    ups = view.updates
-    rate_run = len(ups) / run_s
+    progress_at = [at for at, name in rec.raw if name.endswith(":progress")]
+    first_prog, last_prog = min(progress_at, default=None), max(progress_at, default=None)
+    return {"view": view, "run_s": run_s, "sent": sum(v["sent"] for v in result.value),
+            "progress_in": sum(1 for _, name in rec.raw if name.startswith("rank") and name.endswith(":progress")),
+            "dropped_msgs": sum(1 for _, name in rec.raw if name.endswith(":dropped")),
+            "achieved": [v["achieved_hz"] for v in result.value],
+            "worst_call": max(v["worst_report_us"] for v in result.value),
+            "flood_s": (last_prog - first_prog) if first_prog and last_prog else args.flood_seconds}
+
+
+def print_flood(args: argparse.Namespace, f: dict[str, Any], kv: dict[str, Any]) -> None:
+    view, sent, progress_in, run_s = f["view"], f["sent"], f["progress_in"], f["run_s"]
+    rate_run = len(view.updates) / run_s
     print(f"\n## C. front end with {args.flood_ranks} ranks x {args.flood_hz:.0f} report()/s for "
           f"{args.flood_seconds:.0f} s")
     print(common.table(["what", "value"], [
         ["report() calls made (all ranks)", f"{sent:,}"],
-        ["achieved report rate per rank (min..max /s)", f"{min(achieved):.0f}..{max(achieved):.0f}"],
-        ["worst report() call on any rank (µs)", f"{worst_call:.0f}"],
+        ["achieved report rate per rank (min..max /s)", f"{min(f['achieved']):.0f}..{max(f['achieved']):.0f}"],
+        ["worst report() call on any rank (µs)", f"{f['worst_call']:.0f}"],
         ["progress messages that reached the kernel", f"{progress_in:,} ({100 * progress_in / max(1, sent):.1f}%; "
-                                                      f"ranks reporting drops: {dropped_msgs})"],
-        ["kernel-side messages/s during the flood", f"{progress_in / max(flood_s, 1e-9):,.0f}"],
-        ["view.update calls (whole run, {:.2f} s)".format(run_s), f"{len(ups)}"],
+                                                      f"ranks reporting drops: {f['dropped_msgs']})"],
+        ["kernel-side messages/s during the flood", f"{progress_in / max(f['flood_s'], 1e-9):,.0f}"],
+        [f"view.update calls (whole run, {run_s:.2f} s)", f"{len(view.updates)}"],
         ["view.update per second (whole run)", f"{rate_run:.1f}"],
         ["view.update in the busiest 1 s window", f"{view.max_per_second()}"],
         ["view.start / view.finish", f"{view.starts} / {view.finishes}"],
     ]))
     kv["view_updates_per_s"] = rate_run
     kv["view_updates_max_1s"] = view.max_per_second()
-    kv["kernel_msgs_per_s"] = progress_in / max(flood_s, 1e-9)
+    kv["kernel_msgs_per_s"] = progress_in / max(f["flood_s"], 1e-9)
+
+
+def print_targets(works: list[int], kv: dict[str, Any]) -> None:
     print()
     for w in works:
         v = kv[f"report_us_w{w}"]
         print(f"target report_us_w{w} <= 50: {v:.2f} {'MET' if v <= 50 else 'MISSED'}")
-    print(f"target view_updates_max_1s ~<= 10 (bounded): {view.max_per_second()} "
-          f"{'MET' if view.max_per_second() <= 12 else 'MISSED'}")
-    total = time.perf_counter() - started
-    common.save("bench_report", {"machine": info, "cost": cost, "stall": stall, "flood": {
-        "ranks": args.flood_ranks, "hz": args.flood_hz, "seconds": args.flood_seconds, "sent": sent,
-        "progress_in": progress_in, "updates": len(ups), "run_s": run_s, "max_1s": view.max_per_second()},
-        "kv": kv, "total_s": total})
-    print(f"# total {total:.0f} s")
-    print(common.kv_line(kv))
+    busiest = kv["view_updates_max_1s"]
+    print(f"target view_updates_max_1s ~<= 10 (bounded): {busiest} {'MET' if busiest <= 12 else 'MISSED'}")
+
+
+def main() -> None:
+    args = parse_args()
+    started = time.perf_counter()
+    info = common.begin("bench_report: cost of report() and tqdm on the rank; front-end update rate")
+    spark = start_session()
+    works = [int(w) for w in args.work.split(",")]
+    kv: dict[str, Any] = {}
+    cost = measure_cost(args, works)
+    print_cost(cost, works, kv)
+    stall = stalled_kernel_cost()
+    print_stall(stall, kv)
+    f = flood(args, spark)
+    print_flood(args, f, kv)
+    print_targets(works, kv)
+    common.finish("bench_report", {"machine": info, "cost": cost, "stall": stall, "flood": {
+        "ranks": args.flood_ranks, "hz": args.flood_hz, "seconds": args.flood_seconds, "sent": f["sent"],
+        "progress_in": f["progress_in"], "updates": len(f["view"].updates), "run_s": f["run_s"],
+        "max_1s": f["view"].max_per_second()}, "kv": kv}, started, kv)
 
 
 if __name__ == "__main__":

@@ -26,61 +26,63 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import common  # noqa: E402
+import common
 
 jobs = common.register_jobs()
 WARMUP_STEPS = 20
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def parse_args() -> argparse.Namespace:
+    ap = common.parser(__doc__)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--models", default="mlp,cnn")
     ap.add_argument("--seconds", type=float, default=3.0, help="steady-state length to aim for, per run")
     ap.add_argument("--threads", type=int, default=None, help="force torch threads per rank in both launchers")
-    args = ap.parse_args()
-    started = time.perf_counter()
-    common.wait_for_quiet()
-    info = common.machine()
-    common.header("bench_throughput: steady-state DDP steps/s, ours vs torchrun (2 ranks, gloo)", info)
+    return ap.parse_args()
 
+
+def ours(kind: str, steps: int, threads: int | None) -> list[dict[str, Any]]:
     import jupyter_torchdist as jtd
-    from jupyter_torchdist.launchers import spark as backend
 
-    warm_s, _ = common.timed(lambda: backend.warm_up_async().join())
-    print(f"warm-up {warm_s:.2f} s", flush=True)
+    return jtd.run(jobs.throughput, kind, steps, WARMUP_STEPS, threads, n=2, all_ranks=True)
 
-    def ours(kind: str, steps: int) -> list[dict[str, Any]]:
-        return jtd.run(jobs.throughput, kind, steps, WARMUP_STEPS, args.threads, n=2, all_ranks=True)
 
-    def theirs(kind: str, steps: int) -> list[dict[str, Any]]:
-        kw = {"kind": kind, "steps": steps, "warmup": WARMUP_STEPS, "threads": args.threads}
-        return common.run_torchrun("throughput", kw, nproc=2, env={"GLOO_SOCKET_IFNAME": "lo"})[1]
+def theirs(kind: str, steps: int, threads: int | None) -> list[dict[str, Any]]:
+    kw = {"kind": kind, "steps": steps, "warmup": WARMUP_STEPS, "threads": threads}
+    return common.run_torchrun("throughput", kw, nproc=2, env=common.LOOPBACK_ENV)[1]
 
-    results: dict[str, dict[str, list[float]]] = {}
-    meta: dict[str, dict[str, Any]] = {}
-    for kind in args.models.split(","):
-        probe = ours(kind, WARMUP_STEPS + 30)
-        rate = sum(v["steps_per_s"] for v in probe) / len(probe)
-        steps = WARMUP_STEPS + max(50, int(rate * args.seconds))
-        print(f"{kind}: ~{rate:.0f} steps/s in a short probe run -> {steps} steps per run", flush=True)
-        res: dict[str, list[float]] = {"ours": [], "torchrun": []}
-        seen: dict[str, Any] = {}
-        for r in range(args.rounds):
-            order = [("ours", ours), ("torchrun", theirs)]
-            if r % 2:
-                order.reverse()
-            for name, fn in order:
-                time.sleep(0.5)
-                values = fn(kind, steps)
-                res[name].append(sum(v["steps_per_s"] for v in values) / len(values))
-                seen[name] = {"threads": sorted({v["threads"] for v in values}),
-                              "OMP_NUM_THREADS": sorted({str(v["omp_env"]) for v in values})}
-            print(f"  round {r}: ours {res['ours'][-1]:.1f} steps/s, torchrun {res['torchrun'][-1]:.1f} steps/s",
-                  flush=True)
-        results[kind] = res
-        meta[kind] = {"steps": steps, "threads": seen}
 
+def steps_per_run(kind: str, args: argparse.Namespace) -> int:
+    """Steps for about ``--seconds`` of steady state, from a short probe run of ours."""
+    probe = ours(kind, WARMUP_STEPS + 30, args.threads)
+    rate = sum(v["steps_per_s"] for v in probe) / len(probe)
+    steps = WARMUP_STEPS + max(50, int(rate * args.seconds))
+    print(f"{kind}: ~{rate:.0f} steps/s in a short probe run -> {steps} steps per run", flush=True)
+    return steps
+
+
+def measure_model(kind: str, args: argparse.Namespace) -> tuple[dict[str, list[float]], dict[str, Any]]:
+    """Ours and torchrun alternating for ``--rounds`` rounds: (steps/s per run, the steps and threads seen)."""
+    steps = steps_per_run(kind, args)
+    res: dict[str, list[float]] = {"ours": [], "torchrun": []}
+    seen: dict[str, Any] = {}
+    for r in range(args.rounds):
+        order = [("ours", ours), ("torchrun", theirs)]
+        if r % 2:
+            order.reverse()
+        for name, fn in order:
+            time.sleep(0.5)
+            values = fn(kind, steps, args.threads)
+            res[name].append(sum(v["steps_per_s"] for v in values) / len(values))
+            seen[name] = {"threads": sorted({v["threads"] for v in values}),
+                          "OMP_NUM_THREADS": sorted({str(v["omp_env"]) for v in values})}
+        print(f"  round {r}: ours {res['ours'][-1]:.1f} steps/s, torchrun {res['torchrun'][-1]:.1f} steps/s",
+              flush=True)
+    return res, {"steps": steps, "threads": seen}
+
+
+def print_table(results: dict[str, dict[str, list[float]]], meta: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The table per model; returns the ``key=value`` summary (ratio, steps/s of each)."""
     rows, kv = [], {}
     for kind, res in results.items():
         o, t = common.median(res["ours"]), common.median(res["torchrun"])
@@ -97,15 +99,26 @@ def main() -> None:
     print()
     print(common.table(["model", "steps/run", "ours steps/s", "torchrun steps/s", "ours / torchrun", "ours runs",
                         "torchrun runs", "torchrun spread", "torch threads per rank"], rows))
+    return kv
+
+
+def main() -> None:
+    args = parse_args()
+    started = time.perf_counter()
+    info = common.begin("bench_throughput: steady-state DDP steps/s, ours vs torchrun (2 ranks, gloo)")
+    print(f"warm-up {common.warm_up():.2f} s", flush=True)
+    results: dict[str, dict[str, list[float]]] = {}
+    meta: dict[str, dict[str, Any]] = {}
+    for kind in args.models.split(","):
+        results[kind], meta[kind] = measure_model(kind, args)
+    kv = print_table(results, meta)
     print()
     for kind in results:
         r = kv[f"{kind}_ratio"]
         print(f"target {kind}_ratio >= 0.97: {r:.3f} {'MET' if r >= 0.97 else 'MISSED'}")
-    total = time.perf_counter() - started
-    common.save("bench_throughput", {"machine": info, "results": results, "meta": meta, "kv": kv, "total_s": total,
-                                     "threads_forced": args.threads})
-    print(f"# total {total:.0f} s")
-    print(common.kv_line(kv))
+    common.finish("bench_throughput", {"machine": info, "results": results, "meta": meta, "kv": kv,
+                                       "total_s": None,  # finish fills it in, in this place
+                                       "threads_forced": args.threads}, started, kv)
 
 
 if __name__ == "__main__":

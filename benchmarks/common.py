@@ -1,6 +1,7 @@
 """Shared helpers for the benchmark scripts: timing, load checks, tables, result files, torchrun."""
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -15,6 +16,8 @@ from typing import Any, Callable, Iterable, Sequence
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.join(HERE, "results")
 REPO = os.path.dirname(HERE)
+LOOPBACK_ENV = {"GLOO_SOCKET_IFNAME": "lo"}  # torchrun's ranks on the same gloo transport as ours
+WARM_CELL = "from jupyter_torchdist.launchers.spark_session import warm_up_async as _w\n_w().join()"
 
 
 def register_by_value(module: Any) -> None:
@@ -36,6 +39,11 @@ def register_jobs() -> Any:
 
     register_by_value(jobs)
     return jobs
+
+
+def parser(doc: str | None) -> argparse.ArgumentParser:
+    """A script's argument parser, with its module docstring as the --help text."""
+    return argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
 
 
 # -- the machine ---------------------------------------------------------------------------------------
@@ -94,6 +102,20 @@ def machine() -> dict[str, Any]:
             "kernel": platform.release(), "load_at_start": round(load1(), 2)}
 
 
+def begin(title: str) -> dict[str, Any]:
+    """Wait for a quiet machine, describe it and print the script's header; returns the description."""
+    wait_for_quiet()
+    info = machine()
+    header(title, info)
+    return info
+
+
+def rotated(xs: Sequence[Any], r: int) -> list[Any]:
+    """``xs`` started at position ``r`` (round-robin: every item gets every place in the order)."""
+    k = r % len(xs)
+    return list(xs[k:]) + list(xs[:k])
+
+
 # -- numbers ---------------------------------------------------------------------------------------------
 def median(xs: Sequence[float]) -> float:
     return statistics.median(xs) if xs else float("nan")
@@ -113,7 +135,7 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     """A GitHub-markdown table (also readable in a terminal)."""
     cells = [[str(c) for c in headers]] + [[str(c) for c in r] for r in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-    line = lambda r: "| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |"  # noqa: E731
+    line = lambda r: "| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |"
     out = [line(cells[0]), "| " + " | ".join("-" * w for w in widths) + " |"]
     out += [line(r) for r in cells[1:]]
     return "\n".join(out)
@@ -141,6 +163,47 @@ def save(name: str, data: dict[str, Any]) -> str:
     with open(path, "w") as f:
         json.dump(data, f, indent=1, default=str)
     return path
+
+
+def print_targets(values: dict[str, Any], targets: dict[str, float]) -> None:
+    """One ``target KEY <= LIMIT: VALUE MET|MISSED`` line per target whose value was measured."""
+    for key, limit in targets.items():
+        if key in values and values[key] == values[key]:
+            verdict = "MET" if values[key] <= limit else "MISSED"
+            print(f"target {key} <= {limit}: {values[key]:.4f} {verdict}")
+
+
+def finish(name: str, data: dict[str, Any], started: float, kv: dict[str, Any], note: str = "") -> float:
+    """Save results/<name>.json with ``total_s`` (in its place if ``data`` has the key, else last), then print
+    the closing lines: the total time (and ``note``), and the ``key=value`` line. Returns the total."""
+    total = time.perf_counter() - started
+    save(name, {**data, "total_s": total})
+    print(f"# total {total:.0f} s{note}")
+    print(kv_line(kv))
+    return total
+
+
+# -- our runs ----------------------------------------------------------------------------------------------
+def warm_up() -> float:
+    """The extension's warm-up (what ``%load_ext`` starts), waited for here: its seconds."""
+    from jupyter_torchdist.launchers import spark_session as backend
+
+    return timed(lambda: backend.warm_up_async().join())[0]
+
+
+def timed_run(spark: Any, fn: Callable[[], Any], n: int) -> tuple[float, Any, dict[str, float]]:
+    """``jupyter_torchdist.run(fn, n=n)`` with its phases recorded: (seconds, value, phase groups).
+
+    The JVM's marks are read after the run, outside the time."""
+    import phases
+
+    import jupyter_torchdist as jtd
+
+    with phases.record(spark) as rec:
+        t0 = time.perf_counter()
+        value = jtd.run(fn, n=n)
+        seconds = time.perf_counter() - t0
+    return seconds, value, rec.groups()
 
 
 # -- torchrun ----------------------------------------------------------------------------------------------
@@ -192,7 +255,7 @@ class fd_silenced:
     def __init__(self, path: str) -> None:
         self.path = path
 
-    def __enter__(self) -> "fd_silenced":
+    def __enter__(self) -> fd_silenced:
         sys.stdout.flush()
         sys.stderr.flush()
         os.makedirs(os.path.dirname(self.path), exist_ok=True)
@@ -242,7 +305,7 @@ class KernelSession:
                 msg = self.kc.get_iopub_msg(timeout=1)
             except _q.Empty:
                 if time.perf_counter() - t0 > timeout:
-                    raise TimeoutError(f"cell did not finish in {timeout} s: {code[:60]!r}")
+                    raise TimeoutError(f"cell did not finish in {timeout} s: {code[:60]!r}") from None
                 continue
             if msg["parent_header"].get("msg_id") != msg_id:
                 continue
@@ -258,6 +321,14 @@ class KernelSession:
         if error:
             raise RuntimeError(f"cell failed:\n{error}")
         return {"seconds": seconds, "result": result, "iopub": counts}
+
+    def load_extension(self) -> tuple[float, float]:
+        """``%load_ext jupyter_torchdist``, then wait for its background warm-up: (seconds of the
+        ``%load_ext`` cell, seconds until the warm-up is done)."""
+        t0 = time.perf_counter()
+        load_ext_s = self.run("%load_ext jupyter_torchdist")["seconds"]
+        self.run(WARM_CELL)
+        return load_ext_s, time.perf_counter() - t0
 
     def close(self, wait_s: float = 120.0) -> float:
         """Shut the kernel down and wait until every process it started (JVM, Python daemon, workers) is

@@ -10,7 +10,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import jobs  # noqa: E402
+import jobs
 
 if __name__ == "__main__":
     name = sys.argv[1]

@@ -16,11 +16,15 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import common  # noqa: E402
+import common
 
 BEGIN, END = "<!-- BEGIN RESULTS (make_report.py) -->", "<!-- END RESULTS -->"
 SCRIPTS = ["bench_latency", "bench_magic", "bench_scaling", "bench_throughput", "bench_report", "bench_gpu",
            "profile_phases"]
+LAUNCHER_NAMES = {"accelerate notebook_launcher": "Accelerate notebook_launcher",
+                  "torchrun --nproc_per_node 2": "torchrun --nproc_per_node 2",
+                  "TorchDistributor local_mode=True": "TorchDistributor(local_mode=True)",
+                  "TorchDistributor local_mode=False": "TorchDistributor(local_mode=False)"}
 
 
 def load(name: str) -> dict[str, Any] | None:
@@ -31,17 +35,20 @@ def load(name: str) -> dict[str, Any] | None:
         return json.load(f)
 
 
-def chart(path: str) -> bool:
+def _pyplot() -> Any:
+    """matplotlib's pyplot on the Agg backend, or None (with a note) when matplotlib is missing."""
     try:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
         print("matplotlib is missing: pip install matplotlib (benchmarks only)", file=sys.stderr)
-        return False
-    lat, mag, sca = load("bench_latency"), load("bench_magic"), load("bench_scaling")
-    fig, axes = plt.subplots(1, 3, figsize=(17, 5.6), gridspec_kw={"width_ratios": [1.5, 1, 1]})
-    ax = axes[0]
+        return None
+    return plt
+
+
+def launcher_bars(lat: dict[str, Any] | None, mag: dict[str, Any] | None) -> list[tuple[str, list[float], str]]:
+    """(label, seconds, colour) per launcher, ours first, those with no runs left out."""
     bars: list[tuple[str, list[float], str]] = []
     if lat:
         bars.append(("ours: rerun (run())", lat["times"].get("ours rerun (API)", []), "tab:blue"))
@@ -51,11 +58,7 @@ def chart(path: str) -> bool:
         bars.append(("ours: %%distribute rerun (kernel)", r.get("rerun", []), "tab:cyan"))
         bars.append(("ours: first %%distribute after %load_ext", r.get("first", []), "tab:cyan"))
     if lat:
-        names = {"accelerate notebook_launcher": "Accelerate notebook_launcher",
-                 "torchrun --nproc_per_node 2": "torchrun --nproc_per_node 2",
-                 "TorchDistributor local_mode=True": "TorchDistributor(local_mode=True)",
-                 "TorchDistributor local_mode=False": "TorchDistributor(local_mode=False)"}
-        for key, label in names.items():
+        for key, label in LAUNCHER_NAMES.items():
             xs = lat["times"].get(key) or []
             if xs:
                 bars.append((label, xs, "tab:gray" if "Torch" not in label else "tab:red"))
@@ -63,9 +66,13 @@ def chart(path: str) -> bool:
         bars.append(("TorchDistributor(local_mode=False), in the kernel", mag["results"]["td_dist"], "tab:red"))
     if lat:
         bars.append(("ours: warm-up at %load_ext (background, once)", [lat["warmup_s"]], "lightsteelblue"))
-    bars = [b for b in bars if b[1]]
+    return [b for b in bars if b[1]]
+
+
+def plot_launchers(ax: Any, bars: list[tuple[str, list[float], str]]) -> None:
+    """Left: a horizontal bar per launcher (median, min-max whiskers), log scale."""
     ys = list(range(len(bars)))[::-1]
-    for y, (label, xs, color) in zip(ys, bars):
+    for y, (_label, xs, color) in zip(ys, bars):
         med = common.median(xs)
         ax.barh(y, med, color=color, xerr=[[med - min(xs)], [max(xs) - med]] if len(xs) > 1 else None,
                 capsize=3)
@@ -76,7 +83,9 @@ def chart(path: str) -> bool:
     ax.set_title("Trivial 2-rank DDP job: latency per launcher", fontsize=10)
     ax.set_xlim(0.1, max(common.median(b[1]) for b in bars) * 4)
 
-    ax = axes[1]
+
+def plot_ranks(ax: Any, sca: dict[str, Any] | None) -> None:
+    """Middle: our rerun and first run per rank count, torchrun for reference."""
     if sca:
         ranks = sca["ranks"]
         med = [common.median(sca["by_n"][str(n)] if str(n) in sca["by_n"] else sca["by_n"][n]) for n in ranks]
@@ -97,7 +106,9 @@ def chart(path: str) -> bool:
         ax.legend(fontsize=8)
     ax.set_title("Latency per rank count", fontsize=10)
 
-    ax = axes[2]
+
+def plot_payload(ax: Any, sca: dict[str, Any] | None) -> None:
+    """Right: the median rerun per captured payload size."""
     if sca:
         labels = list(sca["by_p"])
         med = [common.median(sca["by_p"][k]) for k in labels]
@@ -107,6 +118,18 @@ def chart(path: str) -> bool:
         ax.set_xlabel("captured tensor (n=2)")
         ax.set_ylabel("seconds (median)")
     ax.set_title("Latency per captured payload", fontsize=10)
+
+
+def chart(path: str) -> bool:
+    """The three panels into ``path``; False when matplotlib is missing."""
+    plt = _pyplot()
+    if plt is None:
+        return False
+    lat, mag, sca = load("bench_latency"), load("bench_magic"), load("bench_scaling")
+    fig, axes = plt.subplots(1, 3, figsize=(17, 5.6), gridspec_kw={"width_ratios": [1.5, 1, 1]})
+    plot_launchers(axes[0], launcher_bars(lat, mag))
+    plot_ranks(axes[1], sca)
+    plot_payload(axes[2], sca)
     info = (lat or mag or sca or {}).get("machine", {})
     fig.suptitle(f"jupyter-torchdist launch latency | {info.get('cpu', '?')}, {info.get('cores', '?')} cores, "
                  f"torch {info.get('torch', '?')}, pyspark {info.get('pyspark', '?')}", fontsize=10)

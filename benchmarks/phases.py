@@ -6,19 +6,21 @@
         jupyter_torchdist.run(fn, n=2)
     rec.groups()   # {"prepare": s, "submit": s, ...}
 
-Hooks: the supervisor's event handler (each message from each rank and agent, stamped on arrival),
-the Spark launcher's prepare/start and its job thread; after the run, Spark's status store adds the
-JVM's own times (job submitted, tasks launched/ended, job completed). Cost: a few µs per message.
+Hooks: the supervisor's event handler (``kernel.supervisor.Supervisor.handle``: each message from
+each rank and agent, stamped on arrival), the Spark launcher's prepare/start
+(``launchers.spark.SparkLauncher``) and the job it submits to its job thread; after the run, Spark's
+status store adds the JVM's own times (job submitted, tasks launched/ended, job completed). Cost: a
+few µs per message.
 """
 from __future__ import annotations
 
 import contextlib
 import cProfile
 import time
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 _installed = False
-CURRENT: "Recorder | None" = None
+CURRENT: Recorder | None = None
 
 # coarse phases from kernel-side and JVM marks only (no probe in the ranks): (name, from, to)
 GROUPS = [
@@ -99,10 +101,15 @@ def install() -> None:
     if _installed:
         return
     _installed = True
-    from jupyter_torchdist import supervisor
-    from jupyter_torchdist.launchers import spark as backend
+    _hook_supervisor()
+    _hook_launcher()
 
-    orig_handle = supervisor._Supervisor.handle
+
+def _hook_supervisor() -> None:
+    """Stamp every message from every rank and agent (and the launcher's) as the run loop takes it."""
+    from jupyter_torchdist.kernel.supervisor import Supervisor
+
+    orig_handle = Supervisor.handle
 
     def handle(self: Any, ev: Any) -> None:
         rec = CURRENT
@@ -113,11 +120,34 @@ def install() -> None:
             rec.mark(f"{ev.role}{'' if ev.rank < 0 else ev.rank}:{t}", ev.at)
         orig_handle(self, ev)
 
-    supervisor._Supervisor.handle = handle  # type: ignore[method-assign]
+    Supervisor.handle = handle  # type: ignore[method-assign]
+
+
+def _timed_job(rec: Recorder | None, job: Callable[[], None]) -> Callable[[], None]:
+    """``job`` for the Spark job thread, marking its begin and end (and cProfiling it if asked)."""
+    def timed_job() -> None:
+        if rec is not None:
+            rec.mark("jobthread:begin")
+            if rec.profile_job:
+                rec.job_profile = cProfile.Profile()
+                rec.job_profile.enable()
+        try:
+            job()
+        finally:
+            if rec is not None:
+                if rec.job_profile is not None:
+                    rec.job_profile.disable()
+                rec.mark("jobthread:end")
+    return timed_job
+
+
+def _hook_launcher() -> None:
+    """Mark the Spark launcher's prepare and start, and wrap the job that start submits."""
+    from jupyter_torchdist.launchers import spark
 
     # the wrapped prepare is looked up at call time, so an experiment can swap it
-    backend.SparkLauncher._bench_prepare = backend.SparkLauncher.prepare  # type: ignore[attr-defined]
-    orig_start = backend.SparkLauncher.start
+    spark.SparkLauncher._bench_prepare = spark.SparkLauncher.prepare  # type: ignore[attr-defined]
+    orig_start = spark.SparkLauncher.start
 
     def prepare(self: Any, options: Any) -> Any:
         rec = CURRENT
@@ -131,33 +161,15 @@ def install() -> None:
         if rec is not None:
             rec.mark("kernel:start")
             rec.run_id = plan.run_id
-        sub = backend._get_submitter()
-        orig_submit = sub.submit
-
-        def submit(job: Any) -> None:
-            def timed_job() -> None:
-                if rec is not None:
-                    rec.mark("jobthread:begin")
-                    if rec.profile_job:
-                        rec.job_profile = cProfile.Profile()
-                        rec.job_profile.enable()
-                try:
-                    job()
-                finally:
-                    if rec is not None:
-                        if rec.job_profile is not None:
-                            rec.job_profile.disable()
-                        rec.mark("jobthread:end")
-            orig_submit(timed_job)
-
-        sub.submit = submit  # type: ignore[method-assign]
+        orig_submit = spark.submit_job
+        spark.submit_job = lambda job, lane="runs": orig_submit(_timed_job(rec, job), lane)
         try:
             orig_start(self, plan, inbox)
         finally:
-            sub.submit = orig_submit  # type: ignore[method-assign]
+            spark.submit_job = orig_submit
 
-    backend.SparkLauncher.prepare = prepare  # type: ignore[method-assign]
-    backend.SparkLauncher.start = start  # type: ignore[method-assign]
+    spark.SparkLauncher.prepare = prepare  # type: ignore[method-assign]
+    spark.SparkLauncher.start = start  # type: ignore[method-assign]
 
 
 def _opt_s(opt: Any) -> float | None:
@@ -198,7 +210,7 @@ def jvm_marks(spark: Any) -> dict[str, float]:
             out["jvm:last_task_launch"] = max(launches)
         if ends:
             out["jvm:last_task_end"] = max(ends)
-    except Exception:  # noqa: BLE001 - the Python-side marks are still there
+    except Exception:
         pass
     return out
 

@@ -2,9 +2,10 @@
 
 ``instrumented_rank_task`` replaces ``launchers.spark._rank_task`` in the kernel process only (so
 only profiling runs use it). It is shipped to the Spark worker by value; there, once per worker
-process, it wraps a few functions of ``jupyter_torchdist.agent`` and ``jupyter_torchdist.rank_main``
-so that the agent and the rank forked from that worker append ``(time, rank, mark)`` lines to
-``PROBE_DIR/<run_id>.jsonl``. Then it calls the original task.
+process, it wraps a few functions of ``jupyter_torchdist.rank.agent``, ``jupyter_torchdist.rank.main``
+(the names it imported from ``rank.group``, ``rank.values`` and ``channel.client``) and
+``rank.client.RankClient`` so that the agent and the rank forked from that worker append
+``(time, rank, mark)`` lines to ``PROBE_DIR/<run_id>.jsonl``. Then it calls the original task.
 """
 from __future__ import annotations
 
@@ -50,7 +51,9 @@ def _wrap(mod: Any, name: str, label: str) -> None:
 def _install() -> None:
     import torch.distributed as dist
 
-    from jupyter_torchdist import agent, rank_client, rank_main
+    from jupyter_torchdist.rank import agent
+    from jupyter_torchdist.rank import main as rank_main
+    from jupyter_torchdist.rank.client import RankClient
 
     _wrap(agent, "preload", "agent.preload")
     _wrap(agent, "fork_rank", "agent.fork")
@@ -58,12 +61,12 @@ def _install() -> None:
     _wrap(agent, "_wait", "agent.wait")
     _wrap(agent, "describe_status", "agent.status")
     _wrap(rank_main, "connect", "rank.connect")
-    _wrap(rank_main, "_rendezvous", "rank.rendezvous")
-    _wrap(rank_main, "_set_env", "rank.set_env")
-    _wrap(rank_main, "_init_group", "rank.init_group")
-    _wrap(rank_main, "_run_cell", "rank.run_cell")
-    _wrap(rank_main, "_final_message", "rank.final_message")
-    _wrap(rank_client.RankClient, "finish", "rank.finish")
+    _wrap(rank_main, "rendezvous", "rank.rendezvous")
+    _wrap(rank_main, "set_env", "rank.set_env")
+    _wrap(rank_main, "init_group", "rank.init_group")
+    _wrap(rank_main, "run_payload", "rank.run_cell")
+    _wrap(rank_main, "final_message", "rank.final_message")
+    _wrap(RankClient, "send_final", "rank.finish")
     _wrap(dist, "destroy_process_group", "rank.destroy_group")
     _wrap(agent, "rank_main", "rank.main")
 
@@ -102,7 +105,8 @@ def read_marks(run_id: str) -> list[dict[str, Any]]:
 
 
 def use_in_kernel(backend: Any) -> Callable[[], None]:
-    """Swap the task function in the kernel process; returns the undo."""
+    """Swap the task function of ``backend`` (``jupyter_torchdist.launchers.spark``) in the kernel process;
+    returns the undo."""
     orig = backend._rank_task
     backend._rank_task = instrumented_rank_task
     return lambda: setattr(backend, "_rank_task", orig)

@@ -5,8 +5,8 @@ and the rank, for the trivial 2-rank job (first run after warm-up, then reruns).
 
 No package edit: hooks are installed in this process (the supervisor's event handler, the
 launcher's prepare/start, the Spark job thread), Spark's status store gives the JVM's times, and
-``probe.instrumented_rank_task`` (swapped in for ``_rank_task`` in this process only) stamps the
-worker, the agent and the forked rank. All clocks are this machine's ``time.time()``.
+``probe.instrumented_rank_task`` (swapped in for ``launchers.spark._rank_task`` in this process
+only) stamps the worker, the agent and the forked rank. All clocks are this machine's ``time.time()``.
 """
 from __future__ import annotations
 
@@ -21,9 +21,9 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import common  # noqa: E402
-import phases  # noqa: E402
-import probe  # noqa: E402
+import common
+import phases
+import probe
 
 jobs = common.register_jobs()
 common.register_by_value(probe)
@@ -108,43 +108,50 @@ def run_once(jtd: Any, spark: Any, n: int, profile_job: bool = False) -> tuple[d
     return marks, table, (info, rec.job_profile)
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=6)
     ap.add_argument("--n", type=int, default=2)
     ap.add_argument("--cprofile", action="store_true", help="cProfile the kernel thread and the job thread of a rerun")
     ap.add_argument("--no-probe", action="store_true", help="leave the Spark task function untouched")
     ap.add_argument("--quiet", action="store_true", help="only the phase table")
-    args = ap.parse_args()
-    info = common.machine()
-    common.header("profile_phases: where the time of one run goes", info)
+    return ap.parse_args()
+
+
+def set_up(no_probe: bool) -> tuple[Any, Any, float]:
+    """Hooks (and the probe unless ``no_probe``), then the warm-up: (jupyter_torchdist, spark, warm-up s)."""
     import jupyter_torchdist as jtd
-    from jupyter_torchdist.launchers import spark as backend
+    from jupyter_torchdist.launchers import spark as spark_launcher
+    from jupyter_torchdist.launchers import spark_session as backend
 
     phases.install()
-    if not args.no_probe:
-        probe.use_in_kernel(backend)
+    if not no_probe:
+        probe.use_in_kernel(spark_launcher)
     t0 = time.perf_counter()
     backend.warm_up_async().join()
     warm = time.perf_counter() - t0
     print(f"warm-up (session + daemon + workers): {warm:.2f} s", flush=True)
-    spark, _ = backend.get_session(args.n)
-    all_phases: list[dict[str, float]] = []
-    for i in range(args.runs):
-        marks, run_phases, (winfo, _) = run_once(jtd, spark, args.n)
-        all_phases.append(run_phases)
-        if args.quiet:
+    spark, _ = backend.get_session()
+    return jtd, spark, warm
+
+
+def print_run(i: int, marks: dict[str, float], run_phases: dict[str, float], winfo: dict[str, Any]) -> None:
+    """One run's total and every mark, in ms from the call."""
+    total = run_phases.get("TOTAL call -> value returned", 0)
+    print(f"\n## run {i} ({'first' if i == 0 else 'rerun'}): {total:.3f} s"
+          f"  (idle Python workers before: {winfo['idle_workers_before']}; rank 0 forked from "
+          f"{'a reused' if winfo['reused_worker'] else 'a NEW'} worker)")
+    base = marks["kernel:call"]
+    for name, at in sorted(marks.items(), key=lambda kv: kv[1]):
+        if name.startswith("last:") or name == "kernel:prepare":
             continue
-        print(f"\n## run {i} ({'first' if i == 0 else 'rerun'}): {run_phases.get('TOTAL call -> value returned', 0):.3f} s"
-              f"  (idle Python workers before: {winfo['idle_workers_before']}; rank 0 forked from "
-              f"{'a reused' if winfo['reused_worker'] else 'a NEW'} worker)")
-        base = marks["kernel:call"]
-        for name, at in sorted(marks.items(), key=lambda kv: kv[1]):
-            if name.startswith("last:") or name == "kernel:prepare":
-                continue
-            print(f"  {1000 * (at - base):8.1f} ms  {name}")
-    print(f"\n## phases of the trivial {args.n}-rank run (ms): first run after warm-up, median of "
-          f"{args.runs - 1} reruns")
+        print(f"  {1000 * (at - base):8.1f} ms  {name}")
+
+
+def print_phases(all_phases: list[dict[str, float]], n: int, runs: int) -> None:
+    """Each phase, then each group of phases: the first run and the median of the reruns."""
+    print(f"\n## phases of the trivial {n}-rank run (ms): first run after warm-up, median of "
+          f"{runs - 1} reruns")
     rows = []
     for label, _, _ in PHASES:
         first = all_phases[0].get(label)
@@ -156,22 +163,41 @@ def main() -> None:
     for gname, idxs in GROUPS.items():
         labels = [PHASES[i][0] for i in idxs]
         first = sum(all_phases[0].get(lb, 0.0) for lb in labels)
-        rer = common.median([sum(p.get(lb, 0.0) for lb in labels) for p in all_phases[1:]]) if args.runs > 1 else 0
+        rer = common.median([sum(p.get(lb, 0.0) for lb in labels) for p in all_phases[1:]]) if runs > 1 else 0
         grows.append([gname, f"{1000 * first:.0f}", f"{1000 * rer:.0f}"])
     print("\n" + common.table(["group", "first (ms)", "rerun median (ms)"], grows))
+
+
+def print_cprofile(jtd: Any, spark: Any, n: int) -> None:
+    """cProfile one more rerun: the kernel thread and the Spark job thread."""
+    prof = cProfile.Profile()
+    prof.enable()
+    _, _, (_, job_prof) = run_once(jtd, spark, n, profile_job=True)
+    prof.disable()
+    for title, p in (("kernel thread", prof), ("Spark job thread", job_prof)):
+        s = io.StringIO()
+        pstats.Stats(p, stream=s).sort_stats("cumulative").print_stats(25)
+        print(f"\n## cProfile of one rerun: {title}\n" + s.getvalue())
+
+
+def main() -> None:
+    args = parse_args()
+    info = common.machine()
+    common.header("profile_phases: where the time of one run goes", info)
+    jtd, spark, warm = set_up(args.no_probe)
+    all_phases: list[dict[str, float]] = []
+    for i in range(args.runs):
+        marks, run_phases, (winfo, _) = run_once(jtd, spark, args.n)
+        all_phases.append(run_phases)
+        if not args.quiet:
+            print_run(i, marks, run_phases, winfo)
+    print_phases(all_phases, args.n, args.runs)
     if args.cprofile:
-        prof = cProfile.Profile()
-        prof.enable()
-        _, _, (_, job_prof) = run_once(jtd, spark, args.n, profile_job=True)
-        prof.disable()
-        for title, p in (("kernel thread", prof), ("Spark job thread", job_prof)):
-            s = io.StringIO()
-            pstats.Stats(p, stream=s).sort_stats("cumulative").print_stats(25)
-            print(f"\n## cProfile of one rerun: {title}\n" + s.getvalue())
+        print_cprofile(jtd, spark, args.n)
     common.save("profile_phases", {"machine": info, "warmup_s": warm, "n": args.n, "phases": all_phases})
-    print(common.kv_line({"first_s": all_phases[0].get("TOTAL call -> value returned", float("nan")),
-                          "rerun_s": common.median([p.get("TOTAL call -> value returned", float("nan"))
-                                                    for p in all_phases[1:]]) if args.runs > 1 else float("nan"),
+    totals = [p.get("TOTAL call -> value returned", float("nan")) for p in all_phases]
+    print(common.kv_line({"first_s": totals[0],
+                          "rerun_s": common.median(totals[1:]) if args.runs > 1 else float("nan"),
                           "warmup_s": warm}))
 
 

@@ -10,15 +10,12 @@ PY="${PYTHON:-python3}"
 export BENCH_WAIT_S="${BENCH_WAIT_S:-1200}" BENCH_MAX_LOAD="${BENCH_MAX_LOAD:-1.0}" PYTHONUNBUFFERED=1
 mkdir -p benchmarks/results
 
-# Benchmark-only tools (none is a package dependency):
-#   matplotlib for the chart; pyarrow (+ pandas < 3) which TorchDistributor(local_mode=False) needs for
-#   mapInArrow; accelerate for notebook_launcher, with --no-deps so pip never swaps in a CUDA torch.
-$PY -c "import matplotlib" 2>/dev/null || $PY -m pip install -q matplotlib
-$PY -c "import pyarrow, pandas" 2>/dev/null || $PY -m pip install -q pyarrow "pandas<3"
-if ! $PY -c "import accelerate" 2>/dev/null; then
-  $PY -m pip install -q --no-deps accelerate && $PY -m pip install -q psutil safetensors huggingface_hub \
-    || echo "accelerate could not be installed: bench_latency.py will say so" >&2
-fi
+# Benchmark-only tools (none is a package dependency): the optional extra "bench" in pyproject.toml
+# (matplotlib for the chart; pyarrow + pandas < 3, which TorchDistributor(local_mode=False) needs for
+# mapInArrow; accelerate for notebook_launcher; ...). torch is pinned in the same command so that pip
+# never swaps in a CUDA torch.
+$PY -m pip install -q -e ".[bench]" "torch==2.13.0" \
+  || echo "the benchmark tools (.[bench]) could not be installed: the scripts that need one say so" >&2
 
 status=0
 for script in bench_latency bench_magic bench_scaling bench_throughput bench_report bench_gpu \

@@ -1,34 +1,45 @@
 """jupyter-torchdist: distributed PyTorch training from a notebook cell.
 
 ``%load_ext jupyter_torchdist`` then ``%%distribute -n 4`` on top of an ordinary training loop.
+
+The public API: the Python launcher (``run``, ``run_detailed``, ``last_run``, ``RunResult``,
+``TorchDistributor``), the rank-side helpers (``report``, ``rank``, ``world_size`` ...), and the errors.
+Everything else is internal and may move.
 """
 from __future__ import annotations
 
 from typing import Any
 
-from .api import run, run_detailed
-from .errors import DistributeError, LaunchError, RunFailed, RunInterrupted, RunTimeout
-from .rank_api import (barrier, device, is_main, local_rank, local_world_size, main_first, on_main, rank, report,
-                   world_size)
-from .torch_distributor import TorchDistributor
+from .errors import (CaptureError, DistributeError, LaunchError, OptionsError, RunError, RunFailed, RunInterrupted,
+                     RunTimeout)
+from .kernel.api import run, run_detailed
+from .kernel.kept import KeptInfo, Ranks
+from .kernel.kept_magic import kept
+from .kernel.result import RunResult
+from .kernel.run import last_run
+from .kernel.torch_distributor import TorchDistributor
+from .rank.api import (barrier, device, is_main, local_rank, local_world_size, main_first, on_main, rank, report,
+                       world_size)
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "run", "run_detailed", "report", "rank", "local_rank", "world_size", "local_world_size", "is_main",
-    "device", "barrier", "main_first", "on_main", "DistributeError", "LaunchError", "RunFailed",
-    "RunTimeout", "RunInterrupted", "TorchDistributor", "load_ipython_extension", "unload_ipython_extension",
+    "run", "run_detailed", "last_run", "RunResult", "TorchDistributor", "Ranks", "KeptInfo", "kept",
+    "report", "rank", "local_rank", "world_size", "local_world_size", "is_main", "device", "barrier",
+    "main_first", "on_main",
+    "DistributeError", "OptionsError", "LaunchError", "CaptureError", "RunError", "RunFailed", "RunTimeout",
+    "RunInterrupted", "load_ipython_extension", "unload_ipython_extension",
 ]
 
 
 def load_ipython_extension(ipython: Any) -> None:
-    from .magic import load
+    from .kernel.magic import load
 
     load(ipython)
 
 
 def unload_ipython_extension(ipython: Any) -> None:
-    from .magic import unload
+    from .kernel.magic import unload
 
     unload(ipython)
 

@@ -1,24 +1,41 @@
-"""Failures keyed by rank, the earliest real one first; rendered for IPython without our frames."""
+"""Every error the package raises, in one hierarchy; failures keyed by rank, the earliest real one first.
+
+``DistributeError``
+ ├─ ``OptionsError``   the options are wrong (the magic shows it as a usage error)
+ ├─ ``LaunchError``    refused before anything launched: what to change is in the message
+ │   └─ ``CaptureError``   the cell uses something that cannot travel to the ranks
+ └─ ``RunError``       the run started and did not succeed; ``.result`` has its state and logs
+     ├─ ``RunFailed``      at least one rank failed (the root cause first)
+     ├─ ``RunTimeout``     ``--timeout`` passed
+     └─ ``RunInterrupted`` the user stopped it
+
+IPython draws them through ``_render_traceback_``, without our frames.
+"""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .kernel.result import RunResult
 
 __all__ = [
-    "RankFailure", "DistributeError", "LaunchError", "RunFailed", "RunTimeout", "RunInterrupted",
-    "is_secondary",
+    "RankFailure", "DistributeError", "OptionsError", "LaunchError", "CaptureError", "RunError",
+    "RunFailed", "RunTimeout", "RunInterrupted", "is_secondary", "root_cause",
 ]
 
 # Errors a rank raises because a *peer* died: never the root cause when a real one exists.
 _SECONDARY = re.compile(
     r"Connection closed by peer|Connection reset by peer|Broken pipe|ProcessGroupGloo|gloo/transport"
     r"|NCCL communicator was aborted|ncclRemoteError|DistNetworkError|Socket Timeout|recvBytes|sendBytes"
-    r"|stopped by the kernel",
+    r"|stopped by the kernel|timed out connecting|connectFullMesh|SO_ERROR",
     re.IGNORECASE,
 )
 
 
 def is_secondary(summary: str, traceback_text: str = "") -> bool:
+    """Whether a rank's error reads like an echo of a peer's failure rather than its own."""
     return bool(_SECONDARY.search(summary) or _SECONDARY.search(traceback_text[-2000:]))
 
 
@@ -37,66 +54,87 @@ class RankFailure:
         return f"rank {self.rank} on {self.host or 'unknown host'}"
 
 
+def root_cause(failures: dict[int, RankFailure]) -> RankFailure:
+    """The earliest primary failure, or the earliest of all if every one is secondary."""
+    return sorted(failures.values(), key=lambda f: (f.secondary, f.at, f.rank))[0]
+
+
 class DistributeError(Exception):
     """Base of our errors. IPython shows ``_render_traceback_`` instead of our frames."""
 
+    result: RunResult | None = None  # the run's state and logs, when a run had started
+
     def _render_traceback_(self) -> list[str]:
         return [f"\x1b[31m{type(self).__name__}\x1b[0m: {self}"]
+
+
+class OptionsError(DistributeError, ValueError):
+    """Bad options; the message names the option and what to write instead."""
 
 
 class LaunchError(DistributeError):
     """Refused before anything launched; the message says what to change."""
 
 
-def root_cause(failures: dict[int, RankFailure]) -> RankFailure:
-    """The earliest primary failure, or the earliest of all if every one is secondary."""
-    ordered = sorted(failures.values(), key=lambda f: (f.secondary, f.at, f.rank))
-    return ordered[0]
+class CaptureError(LaunchError):
+    """The cell uses something that cannot be sent to the ranks; the message names it."""
 
 
-@dataclass(eq=False)
-class RunFailed(DistributeError):
-    failures: dict[int, RankFailure]
-    world_size: int
-    headline: str = "failed"
-    extra: list[str] = field(default_factory=list)
+class RunError(DistributeError):
+    """The run started and did not succeed.
 
-    def __post_init__(self) -> None:
-        super().__init__(str(self))
+    ``failures`` holds each failed rank's reason (it may be empty for a timeout or an interrupt
+    that stopped healthy ranks); ``headline`` is the one line the view and the report show.
+    """
+
+    def __init__(self, headline: str, failures: dict[int, RankFailure] | None = None, world_size: int = 0,
+                 *, result: RunResult | None = None, extra: list[str] | None = None) -> None:
+        self.headline = headline
+        self.failures = dict(failures or {})
+        self.world_size = world_size
+        self.result = result
+        self.extra = list(extra or [])
+        super().__init__(headline)
 
     @property
-    def root(self) -> RankFailure:
-        return root_cause(self.failures)
+    def root(self) -> RankFailure | None:
+        return root_cause(self.failures) if self.failures else None
 
     @property
-    def rank(self) -> int:
-        return self.root.rank
+    def rank(self) -> int | None:
+        root = self.root
+        return None if root is None else root.rank
 
     def __str__(self) -> str:
-        if not self.failures:
-            return f"distributed run {self.headline}"
-        r = self.root
-        return f"{r.label()} {self.headline} first: {r.summary}"
+        return self.headline
 
     def _render_traceback_(self) -> list[str]:
         lines = [f"\x1b[31m{type(self).__name__}\x1b[0m: {self}"]
-        if self.failures:
-            r = self.root
-            lines.append("")
-            lines.append(f"\x1b[1m--- {r.label()} (root cause) ---\x1b[0m")
-            lines.extend((r.traceback or r.summary).rstrip("\n").splitlines())
-            others = [f for f in sorted(self.failures.values(), key=lambda f: f.rank) if f.rank != r.rank]
+        root = self.root
+        if root is not None:
+            lines += ["", f"\x1b[1m--- {root.label()} (root cause) ---\x1b[0m"]
+            lines += (root.traceback or root.summary).rstrip("\n").splitlines()
+            others = [f for f in sorted(self.failures.values(), key=lambda f: f.rank) if f.rank != root.rank]
             if others:
-                lines.append("")
-                lines.append("Other ranks (secondary):")
-                lines.extend(f"  {f.label()}: {f.summary}" for f in others)
-        lines.extend(self.extra)
-        return lines
+                lines += ["", "Other ranks (secondary):"]
+                lines += [f"  {f.label()}: {f.summary}" for f in others]
+        return lines + self.extra
 
 
-class RunTimeout(RunFailed):
+class RunFailed(RunError):
+    """At least one rank failed; the root cause is the earliest real failure."""
+
+    def __init__(self, headline: str, failures: dict[int, RankFailure] | None = None, world_size: int = 0,
+                 *, result: RunResult | None = None, extra: list[str] | None = None) -> None:
+        if not failures:
+            raise ValueError("RunFailed needs at least one rank's failure; use RunError for a run that "
+                             "ended without one")
+        super().__init__(headline, failures, world_size, result=result, extra=extra)
+
+
+class RunTimeout(RunError):
     """--timeout passed; the ranks still running were stopped."""
 
 
-class RunInterrupted(RunFailed):
+class RunInterrupted(RunError):
     """The user interrupted the kernel; every rank was stopped."""

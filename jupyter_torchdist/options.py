@@ -8,15 +8,13 @@ import re
 import shlex
 from dataclasses import dataclass
 
-__all__ = ["RunOptions", "OptionsError", "parse_options", "options_help"]
+from .errors import OptionsError
+
+__all__ = ["RunOptions", "OptionsError", "parse_options", "parse_argv", "options_help", "MAGIC_PROG", "CLI_PROG"]
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 DEFAULT_MAX_PAYLOAD_MB = 512.0
 DEFAULT_MAX_VALUE_MB = 512.0
-
-
-class OptionsError(ValueError):
-    """Bad magic arguments; the message names the option and what to write instead."""
 
 
 @dataclass(frozen=True)
@@ -32,6 +30,8 @@ class RunOptions:
     all_ranks: bool = False
     quiet: bool = False
     script: tuple[str, ...] = ()
+    keep: bool = False
+    n_explicit: bool = True  # -n was given (a --keep cell without -n runs on the kept ranks, however many)
 
     def __post_init__(self) -> None:
         if not _whole(self.n) or self.n < 1:
@@ -51,11 +51,19 @@ class RunOptions:
             raise OptionsError(f"--max-value-mb must be a number of megabytes > 0 (e.g. --max-value-mb 1024), "
                                f"got {self.max_value_mb!r}")
 
+    @property
+    def max_payload_bytes(self) -> int:
+        return int(self.max_payload_mb * (1 << 20))
+
+    @property
+    def max_value_bytes(self) -> int:
+        return int(self.max_value_mb * (1 << 20))
+
     def summary(self) -> dict[str, object]:
         """JSON-able view of the options, for reports."""
         return {
             "n": self.n, "gpu": self.gpu, "output": self.output, "timeout": self.timeout,
-            "local": self.local, "all_ranks": self.all_ranks,
+            "local": self.local, "all_ranks": self.all_ranks, "keep": self.keep,
             "script": list(self.script) or None,
         }
 
@@ -68,10 +76,16 @@ def _finite_positive(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
 
 
+MAGIC_PROG = "%%distribute"
+CLI_PROG = "python -m jupyter_torchdist"
+_CELL_ONLY = {"output": "-o/--output", "all_ranks": "--all-ranks", "keep": "--keep"}  # about a cell's value or state
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         raise OptionsError(f"{self._suggest(message)}\n\n{self.format_usage().strip()}\n"
-                           "See %%distribute? for every option.")
+                           f"See {'%%distribute?' if self.prog == MAGIC_PROG else self.prog + ' --help'} "
+                           "for every option.")
 
     def _suggest(self, message: str) -> str:
         """Add "did you mean" for misspelt flags (argparse lists them after 'unrecognized arguments:')."""
@@ -106,21 +120,22 @@ def _whole_number(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
 
 
-def _build_parser() -> _Parser:
-    p = _Parser(
-        prog="%%distribute",
-        description=(
-            "Run the cell as N ranks of a distributed PyTorch job (Spark barrier tasks, DDP). "
-            "The cell's last expression (or a `return`) is the value, taken from rank 0."
-        ),
-        add_help=False,
-    )
-    p.add_argument("-n", "--nprocs", dest="n", type=_whole_number, default=2, metavar="N",
-                   help="number of ranks (default 2)")
+_DESCRIPTION = (
+    "Run a notebook cell (%%distribute), or a torchrun-style script (%distribute ... script.py ARGS, or "
+    "python -m jupyter_torchdist ... script.py ARGS), as N ranks of a distributed PyTorch job: Spark barrier "
+    "tasks running DDP by default, local processes with --local. A cell's last expression (or a `return`) "
+    "is the value, taken from rank 0."
+)
+
+
+def _build_parser(prog: str) -> _Parser:
+    p = _Parser(prog=prog, description=_DESCRIPTION, add_help=False)
+    p.add_argument("-n", "--nprocs", dest="n", type=_whole_number, default=None, metavar="N",
+                   help="number of ranks (default 2; with --keep, the kept ranks' number)")
     p.add_argument("--gpu", action="store_true",
                    help="one GPU per rank, NCCL backend (default: CPU, gloo)")
     p.add_argument("-o", "--output", metavar="NAME",
-                   help="also store the value in the notebook variable NAME")
+                   help="(cells) also store the value in the notebook variable NAME")
     p.add_argument("--timeout", type=_positive_number, metavar="SECONDS",
                    help="stop the run and fail after SECONDS")
     p.add_argument("--local", action="store_true",
@@ -132,18 +147,38 @@ def _build_parser() -> _Parser:
     p.add_argument("--max-value-mb", type=_positive_number, default=DEFAULT_MAX_VALUE_MB, metavar="MB",
                    help=f"largest value to bring back (default {DEFAULT_MAX_VALUE_MB:g})")
     p.add_argument("--all-ranks", action="store_true",
-                   help="return a list with every rank's value instead of rank 0's")
-    p.add_argument("-q", "--quiet", action="store_true", help="no live view")
+                   help="(cells) return a list with every rank's value instead of rank 0's")
+    p.add_argument("-q", "--quiet", action="store_true", help="no live view (command line: only the outcome)")
+    p.add_argument("--keep", action="store_true",
+                   help="(cells) run on kept ranks: started by the first such cell, they keep their state (names "
+                        "the cell assigns, the process group) for the next --keep cell; %%distribute_stop ends them")
     p.add_argument("script", nargs=argparse.REMAINDER,
-                   help="(line magic only) a script and its arguments, run as torchrun would")
+                   help="a script and its arguments, run as torchrun would (the line magic and the command line)")
     return p
 
 
-_PARSER = _build_parser()
+_PARSERS = {prog: _build_parser(prog) for prog in (MAGIC_PROG, CLI_PROG)}
 
 
-def options_help() -> str:
-    return _PARSER.format_help()
+def options_help(prog: str = MAGIC_PROG) -> str:
+    """The one help text, under the magic's or the command line's name."""
+    return _PARSERS[prog].format_help()
+
+
+def parse_argv(argv: list[str], prog: str = MAGIC_PROG) -> RunOptions:
+    """Parse split arguments into validated options (the command line refuses the cell-only ones)."""
+    values = vars(_PARSERS[prog].parse_args(argv))
+    values["script"] = tuple(values.get("script") or ())
+    values["n_explicit"] = values["n"] is not None
+    values["n"] = 2 if values["n"] is None else values["n"]
+    if prog == CLI_PROG:
+        given = [flag for key, flag in _CELL_ONLY.items() if values.get(key)]
+        if given:
+            raise OptionsError(f"{', '.join(given)} only mean something for a notebook cell's value; "
+                               "a script's ranks return nothing here. Drop them.")
+        if not values["script"]:
+            raise OptionsError(f"no script given: {CLI_PROG} -n 2 train.py ARGS")
+    return RunOptions(**values)
 
 
 def parse_options(line: str) -> RunOptions:
@@ -152,7 +187,4 @@ def parse_options(line: str) -> RunOptions:
         argv = shlex.split(line)
     except ValueError as exc:
         raise OptionsError(f"could not split the arguments: {exc}") from None
-    ns = _PARSER.parse_args(argv)
-    values = vars(ns)
-    values["script"] = tuple(values.get("script") or ())
-    return RunOptions(**values)
+    return parse_argv(argv, MAGIC_PROG)

@@ -87,7 +87,7 @@ def session_conf(url: str) -> dict[str, str]:
 
 
 # Exec'd into spark-class with the parent-death signal set: even if pytest itself is killed, the JVMs go too.
-_TRAMPOLINE = ("import os, sys; from jupyter_torchdist.forking import set_parent_death_signal; "
+_TRAMPOLINE = ("import os, sys; from jupyter_torchdist.rank.forking import set_parent_death_signal; "
                "set_parent_death_signal(); os.getppid() == int(sys.argv[1]) or sys.exit(1); "
                "os.execv(sys.argv[2], sys.argv[2:])")
 

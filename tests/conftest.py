@@ -8,9 +8,9 @@ import pytest
 
 os.environ.setdefault("JUPYTER_TORCHDIST_WARMUP", "0")
 
-import cloudpickle  # noqa: E402
+import cloudpickle
 
-from . import helpers  # noqa: E402
+from . import helpers
 
 cloudpickle.register_pickle_by_value(helpers)  # the ranks cannot import the tests package
 
@@ -19,9 +19,9 @@ cloudpickle.register_pickle_by_value(helpers)  # the ranks cannot import the tes
 def spark():
     """The embedded local SparkSession the magic itself would start (4 slots), stopped at the end."""
     pytest.importorskip("pyspark")
-    from jupyter_torchdist.launchers import spark as backend
+    from jupyter_torchdist.launchers import spark_session as backend
 
-    session, embedded = backend.get_session(4)
+    session, embedded = backend.get_session()
     assert embedded
     yield session
     backend.stop_embedded_session()

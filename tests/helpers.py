@@ -56,3 +56,16 @@ def sleep_forever(marker_dir: str):
         f.write(str(os.getpid()))
     while True:
         time.sleep(0.05)
+
+
+def store_after_rank0_is_done(delay: float = 0.5):
+    """Rank 0 ends at once; rank 1 still needs what rank 0 hosts (the TCPStore) a moment later."""
+    import torch.distributed as dist
+    from torch.distributed.distributed_c10d import _get_default_store
+
+    store = _get_default_store()
+    if dist.get_rank() == 0:
+        store.set("jtd-test-key", "from rank 0")
+        return "rank 0 done"
+    time.sleep(delay)
+    return store.get("jtd-test-key").decode()

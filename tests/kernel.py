@@ -35,7 +35,7 @@ class Kernel:
                 msg = self.kc.get_iopub_msg(timeout=0.2)
             except queue.Empty:
                 if time.monotonic() - t0 > timeout:
-                    raise TimeoutError(f"cell did not finish in {timeout}s: {code[:80]!r}")
+                    raise TimeoutError(f"cell did not finish in {timeout}s: {code[:80]!r}") from None
                 continue
             if msg["parent_header"].get("msg_id") != msg_id:
                 continue

@@ -69,7 +69,7 @@ CELLS = [
     # LiveView syncing trimmed snapshots over the widget comm at 10 updates a second); only the 64 ranks
     # are simulated, which 2 cores could not run. It goes on until the test writes FINISH_64.
     "import os, time\n"
-    "from jupyter_torchdist.state import RunState\n"
+    "from jupyter_torchdist.kernel.state import RunState\n"
     "from jupyter_torchdist.views.live import LiveView\n"
     "n, total = 64, 3000\n"
     "st = RunState(n, title='%%distribute -n 64 (simulated ranks)', backend='simulated', started_at=0.0)\n"
@@ -138,7 +138,7 @@ class Lab:
             {"disabledExtensions": {"@jupyterlab/apputils-extension:announcements": True}}))
         env = dict(os.environ, JUPYTER_CONFIG_DIR=str(config), JUPYTER_RUNTIME_DIR=str(self.tmp / "runtime"))
         env.pop("JUPYTER_TORCHDIST_WARMUP", None)  # as a user has it: Spark warms up on %load_ext
-        self.log = open(self.tmp / "server.log", "wb")  # noqa: SIM115 (closed in stop)
+        self.log = open(self.tmp / "server.log", "wb")
         self.proc = subprocess.Popen(
             [sys.executable, *self.APP, "--no-browser", "--ip=127.0.0.1", f"--port={self.port}",
              f"--IdentityProvider.token={self.token}",

@@ -7,8 +7,11 @@ import threading
 
 import pytest
 
-from jupyter_torchdist.capture import CaptureError, pack, unpack
-from jupyter_torchdist.cell import compile_cell
+import cloudpickle
+
+from jupyter_torchdist.errors import CaptureError
+from jupyter_torchdist.kernel.pickling import pack
+from jupyter_torchdist.kernel.cell import compile_cell
 
 MB = 1 << 20
 
@@ -69,31 +72,46 @@ def test_only_what_the_cell_uses_is_captured(ns):
     """A big variable the cell does not use costs nothing (so the limit only bites on real use)."""
     fn = compile_cell("fine(21) + len(small)", ns).fn
     data = pack(fn, max_bytes=64 * 1024)
-    fn2, args, kwargs = unpack(data)
+    fn2, args, kwargs = cloudpickle.loads(data)
     assert fn2() == 45 and args == () and kwargs == {}
 
 
 def test_magic_names_the_lock_before_launching(shell, capsys, monkeypatch):
-    from jupyter_torchdist import magic
+    from jupyter_torchdist.kernel import run
 
     launched = []
-    monkeypatch.setattr(magic, "execute", lambda *a, **k: launched.append(a))
+    monkeypatch.setattr(run, "execute", lambda *a, **k: launched.append(a))
     shell.run_cell("import threading\nmy_lock = threading.Lock()\n")
     result = shell.run_cell("%%distribute -n 2\nwith my_lock:\n    x = 1\nx\n")
     shown = capsys.readouterr()
     text = shown.out + shown.err
-    assert type(result.error_in_exec).__name__ == "CaptureFailed"
+    assert type(result.error_in_exec).__name__ == "CaptureError"
     assert "`my_lock` (_thread.lock)" in text
     assert "Traceback (most recent call last)" not in text
     assert not launched
 
 
 def test_magic_payload_limit_option(shell, capsys, monkeypatch):
-    from jupyter_torchdist import magic
+    from jupyter_torchdist.kernel import run
 
-    monkeypatch.setattr(magic, "execute", lambda *a, **k: pytest.fail("launched despite the payload limit"))
+    monkeypatch.setattr(run, "execute", lambda *a, **k: pytest.fail("launched despite the payload limit"))
     shell.run_cell("blob = bytes(3 * 1024 * 1024)\n")
     result = shell.run_cell("%%distribute -n 2 --max-payload-mb 1\nlen(blob)\n")
     text = "".join(capsys.readouterr())
-    assert type(result.error_in_exec).__name__ == "CaptureFailed"
+    assert type(result.error_in_exec).__name__ == "CaptureError"
     assert "`blob` 3.0 MB" in text and "over the limit of 1.0 MB" in text
+
+
+def test_the_magic_and_run_raise_the_same_capture_error(shell):
+    """One error type for one problem, whichever door the cell came through."""
+    import threading
+
+    import jupyter_torchdist as jt
+
+    shell.run_cell("import threading\nmy_lock = threading.Lock()\n")
+    from_magic = shell.run_cell("%%distribute -n 2\nwith my_lock:\n    x = 1\n").error_in_exec
+    lock = threading.Lock()
+    with pytest.raises(CaptureError) as from_api:
+        jt.run(lambda: lock.locked(), n=2, local=True)
+    assert type(from_magic) is type(from_api.value) is CaptureError
+    assert isinstance(from_magic, jt.LaunchError) and "_thread.lock" in str(from_api.value)

@@ -9,8 +9,8 @@ import textwrap
 import cloudpickle
 import pytest
 
-from jupyter_torchdist.capture import pack, referenced_globals, unpack
-from jupyter_torchdist.cell import CellSyntaxError, compile_cell
+from jupyter_torchdist.kernel.pickling import pack, referenced_globals
+from jupyter_torchdist.kernel.cell import CellSyntaxError, compile_cell
 
 
 def test_trailing_expression_is_the_value():
@@ -74,6 +74,6 @@ def test_cell_assignments_stay_local_to_the_run():
 
 
 def test_unpack_round_trip():
-    fn, args, kwargs = unpack(pack(max, (1, 5), {}, max_bytes=1 << 20))
+    fn, args, kwargs = cloudpickle.loads(pack(max, (1, 5), {}, max_bytes=1 << 20))
     assert fn(*args, **kwargs) == 5
     assert cloudpickle.loads(cloudpickle.dumps(compile_cell("1+1", {}).fn))() == 2

@@ -12,11 +12,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from jupyter_torchdist import channel as channel_mod
-from jupyter_torchdist import protocol as P
-from jupyter_torchdist.channel import ChannelServer, Inbound
-from jupyter_torchdist.rank_client import connect
-from jupyter_torchdist.state import RunState
+from jupyter_torchdist.channel import server as channel_mod
+from jupyter_torchdist.channel import protocol as P
+from jupyter_torchdist.channel.client import connect
+from jupyter_torchdist.channel.server import ChannelServer
+from jupyter_torchdist.contract import Inbound
+from jupyter_torchdist.kernel.state import RunState
 
 GREETING = len(P.MAGIC) + P.NONCE_LEN
 
@@ -320,10 +321,22 @@ def test_agent_vanishing_without_exit_is_reported_lost(server):
     lost = [m for m in _messages(server) if m.msg["t"] == "lost"]
     assert len(lost) == 1 and lost[0].rank == 2 and lost[0].role == "backend"
     summary = lost[0].msg["summary"]
-    assert "rank 2" in summary and "pid 4242 on exec-7" in summary and "lost" in summary
+    assert "rank 2" in summary and "pid 4242 on exec-7" in summary and "died before reporting" in summary
     state = RunState(4)
     state.apply(2, "backend", lost[0].msg, lost[0].at)
     assert state.failures[2].kind == "lost" and not state.failures[2].secondary
+
+
+def test_a_lost_agent_is_named_in_the_launchers_words():
+    """--local has no Spark task: the words come from the launcher, not from the channel."""
+    with ChannelServer(1, watcher="the local agent process", lost_hint="The kernel's stderr may say why.") as s:
+        agent = connect(s.address, s.secret, 0, P.ROLE_AGENT)
+        P.send_frame(agent, {"t": "agent", "host": "h", "pid": 7, "child": 8})
+        agent.close()
+        [lost] = [m for m in _messages(s) if m.msg["t"] == "lost"]
+    summary = lost.msg["summary"]
+    assert summary.startswith("the local agent process running rank 0 (pid 7 on h)")
+    assert "Spark" not in summary and summary.endswith("The kernel's stderr may say why.")
 
 
 def test_agent_told_to_stop_then_vanishing_is_stopped_not_lost(server):

@@ -118,7 +118,7 @@ def test_ctrl_c_exits_130_and_stops_every_rank(script, tmp_path):
 
 
 @pytest.mark.parametrize("args, message", [
-    ((), "the following arguments are required: script"),
+    ((), "no script given: python -m jupyter_torchdist -n 2 train.py ARGS"),
     (("-n", "0", "x.py"), "-n/--nprocs must be a whole number of ranks >= 1"),
     (("-n", "1", "--local", "does-not-exist.py"), "cannot read the script"),
 ])
@@ -140,6 +140,23 @@ def test_help_names_every_option():
     assert out.returncode == 0
     for flag in ("-n", "--local", "--gpu", "--timeout", "--threads", "--quiet"):
         assert flag in out.stdout
+
+
+def test_one_option_set_for_the_command_line_and_the_magic():
+    """The command line parses with the magic's parser: same options, same help text (only its name differs)."""
+    from jupyter_torchdist.options import CLI_PROG, MAGIC_PROG, options_help
+
+    out = _cli("--help")
+    assert out.stdout.strip() == options_help(CLI_PROG).strip()
+    def body(text: str) -> str:  # everything after the usage lines (wrapped to the program's name)
+        return text.split("\n\n", 1)[1]
+
+    assert body(options_help(CLI_PROG)) == body(options_help(MAGIC_PROG))
+
+
+def test_cell_only_options_are_refused_on_the_command_line():
+    out = _cli("-n", "1", "--local", "-o", "x", "train.py")
+    assert out.returncode == 2 and "-o/--output only mean something for a notebook cell" in out.stderr
 
 
 @pytest.mark.spark

@@ -82,7 +82,7 @@ def driver(cluster: Cluster, tmp_path_factory):
             print("executors", jsc.getExecutorMemoryStatus().size() - 1, "after", round(time.time() - t0, 1))
             %load_ext jupyter_torchdist
             exec({WHERE!r})  # defined in the notebook: travels by value (an imported local module would not)
-            from jupyter_torchdist.magic import last_run
+            from jupyter_torchdist import last_run
         """))
         assert "executors 2" in kernel.text(r), kernel.text(r) + cluster.logs()
         TIMINGS["session_and_executors_s"] = float(kernel.text(r).split("after")[1])

@@ -10,13 +10,15 @@ from typing import Any
 
 import pytest
 
-from jupyter_torchdist.run_report import MIME_TYPE
-from jupyter_torchdist.state import RunState
-from jupyter_torchdist.views import NullView, make_view
-from jupyter_torchdist.views import live
-from jupyter_torchdist.views.live import (LIVE_CURVE_MAX, LIVE_LOG_LINES, LiveView, RunWidget, live_snapshot)
+from jupyter_torchdist.kernel.state import RunState
+from jupyter_torchdist.views import NullView, live, make_view
+from jupyter_torchdist.views.display import DisplayView
+from jupyter_torchdist.views.live import LiveView, RunWidget, live_snapshot
+from jupyter_torchdist.views.report import MIME_TYPE
 from jupyter_torchdist.views.text import TextView
-from jupyter_torchdist.views.widget import WidgetView
+from jupyter_torchdist.views.trim import LIVE
+
+LIVE_LOG_LINES, LIVE_CURVE_MAX = LIVE.log_lines, LIVE.curve_max
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
@@ -114,15 +116,15 @@ def test_make_view_prefers_the_live_view_when_its_front_end_is_built(built):
     assert isinstance(make_view(_KernelLessShell()), TextView)
 
 
-def test_make_view_falls_back_to_stock_widgets_without_a_built_front_end(built):
+def test_make_view_falls_back_to_the_redrawn_report_without_a_built_front_end(built):
     built[0].unlink()
-    assert isinstance(make_view(_NotebookShell()), WidgetView)
+    assert isinstance(make_view(_NotebookShell()), DisplayView)
 
 
-def test_make_view_falls_back_to_stock_widgets_without_anywidget(built, monkeypatch):
+def test_make_view_falls_back_to_the_redrawn_report_without_anywidget(built, monkeypatch):
     monkeypatch.delitem(sys.modules, "jupyter_torchdist.views.live")
     monkeypatch.setitem(sys.modules, "anywidget", None)  # import anywidget raises ImportError
-    assert isinstance(make_view(_NotebookShell()), WidgetView)
+    assert isinstance(make_view(_NotebookShell()), DisplayView)
 
 
 # -- the RunView protocol ----------------------------------------------------------------------
@@ -200,3 +202,27 @@ def test_built_widget_module_exports_a_render_function():
     out = subprocess.run([node, "-e", code, live.ESM.as_uri()], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and out.stdout.strip() == "function", out.stderr
     assert "jp-TorchDist-" in live.CSS.read_text()
+
+
+def test_display_view_redraws_the_report_in_place_and_ends_with_it(published, monkeypatch):
+    """The fallback where the widget's front end is not built: the same report, redrawn in place."""
+    from jupyter_torchdist.views import display
+
+    clock = [100.0]
+    monkeypatch.setattr(display.time, "monotonic", lambda: clock[0])
+    st = _busy_run(2, lines=5, steps=10, line_chars=10)
+    view = DisplayView()
+    view.start(st.snapshot(log_tail=view.log_tail))
+    st.apply(0, "rank", {"t": "progress", "step": 11, "total": 20}, 4.0)
+    view.update(st.snapshot(log_tail=view.log_tail))  # too soon after the first frame: skipped
+    clock[0] += display.FRAME_S
+    view.update(st.snapshot(log_tail=view.log_tail))
+    st.close_out(5.0)
+    st.conclude(5.0, timeout=None, value_needed=False)
+    view.finish(st.snapshot(log_tail=view.log_tail))
+    first, *updates = published
+    assert not first["update"] and len(updates) == 2 and all(u["update"] for u in updates)
+    ids = {c["transient"]["display_id"] for c in published}
+    assert len(ids) == 1, "one output, redrawn in place"
+    assert updates[0]["data"][MIME_TYPE]["ranks"][0]["step"] == 11
+    assert updates[-1]["data"][MIME_TYPE]["status"] == "failed"

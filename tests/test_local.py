@@ -15,7 +15,7 @@ import torch
 
 import jupyter_torchdist as jt
 from jupyter_torchdist.errors import LaunchError, RunFailed, RunInterrupted, RunTimeout
-from jupyter_torchdist.launchers import local
+from jupyter_torchdist.launchers import local_server as local
 
 from . import helpers
 from .conftest import descendants_of, process_alive, resource_counts
@@ -81,6 +81,13 @@ def test_each_run_takes_the_kernels_cwd_path_and_environment(tmp_path, monkeypat
     assert value["cwd"] == str(tmp_path)
     assert value["tag"] == "set after the zygote started"
     assert value["module"] == "imported from the kernel path" and value["arg"] == "x"
+
+
+def test_no_rank_exits_while_a_peer_still_needs_it():
+    """Rank 0 hosts the store and ends first: it must stay until every rank has ended its cell
+    (it used to exit at once, and 64 ranks on one host then failed with "Connection reset by peer")."""
+    assert jt.run(helpers.store_after_rank0_is_done, n=2, local=True, all_ranks=True) == \
+        ["rank 0 done", "from rank 0"]
 
 
 def test_raising_rank_is_the_root_cause():

@@ -106,3 +106,27 @@ def test_usage_errors_are_short(kernel):
     text = kernel.text(r)
     assert r["status"] == "error" and "UsageError" in text and "-n" in text
     assert "Traceback" not in text  # IPython shows usage errors as one message
+
+
+def test_a_fresh_notebook_starts_quietly_and_shares_the_embedded_session():
+    """The embedded session's JVM chatter stays out of the cells, and the notebook's DataFrames use it."""
+    k = Kernel(extra_env={"JUPYTER_TORCHDIST_WARMUP": "1"})  # as a user gets it: warm-up in the background
+    try:
+        cells = ["%load_ext jupyter_torchdist",
+                 "from jupyter_torchdist.launchers.spark_session import wait_for_warm_up\nwait_for_warm_up()",
+                 "from pyspark.sql import SparkSession\nspark = SparkSession.getActiveSession()\n"
+                 "print(spark is not None, spark.range(10).count())",
+                 "%%distribute -n 2\nimport torch.distributed as dist\ndist.get_world_size()"]
+        results = [k.execute(c, timeout=240) for c in cells]
+        assert [r["status"] for r in results] == ["ok"] * 4, [k.text(r) for r in results]
+        assert "True 10" in k.text(results[2])
+        streams = "".join(o["text"] for r in results for o in r["outputs"] if o["output_type"] == "stream")
+        for noise in ("Using incubator modules", "log4j", "Setting default log level", "NativeCodeLoader",
+                      "Setting Spark log level"):
+            assert noise not in streams, streams[-2000:]
+        log = k.execute("from jupyter_torchdist.launchers.spark_session import session_log\nprint(session_log())")
+        assert "jupyter-torchdist-spark-" in k.text(log)
+    finally:
+        pid = k.pid
+        k.shutdown()
+        assert pid is None or not descendants_of(pid), "processes outlived the kernel"

@@ -47,7 +47,10 @@ def test_good_lines_parse_to_the_right_values():
     o = parse_options("-n 3 --all-ranks -o out --timeout 2.5 --threads 2 --max-value-mb 8 -q")
     assert (o.n, o.all_ranks, o.output, o.timeout, o.backend_threads, o.max_value_mb, o.quiet) == \
         (3, True, "out", 2.5, 2, 8.0, True)
-    assert parse_options("") == RunOptions()
+    assert parse_options("") == RunOptions(n_explicit=False)
+    assert parse_options("-n 2") == RunOptions()
+    keep = parse_options("--keep")
+    assert keep.keep and keep.n == 2 and not keep.n_explicit
     assert parse_options("-n 2 train.py --lr 0.1").script == ("train.py", "--lr", "0.1")
 
 

@@ -24,7 +24,7 @@ SCRIPT = textwrap.dedent(r"""
     import json, os, sys, time
     from IPython.core.interactiveshell import InteractiveShell
     import jupyter_torchdist as jt
-    from jupyter_torchdist.launchers import spark as backend
+    from jupyter_torchdist.launchers import spark_session as backend
 
     def emit(**kw):
         print("RESULT " + json.dumps(kw), flush=True)
@@ -35,14 +35,21 @@ SCRIPT = textwrap.dedent(r"""
         dist.all_reduce(t)
         return int(t.item())
 
-    # 1. our own embedded session (4 slots) is restarted with enough slots for -n 5
-    first, embedded = backend.get_session(2)
-    first_slots = backend.slots_available(first)
-    t0 = time.monotonic()
-    value = jt.run(tiny, n=5)
-    second = backend._embedded
-    emit(case="embedded", first_slots=first_slots, value=value, slots=backend.slots_available(second),
-         restarted=second is not first, first_stopped=first.sparkContext._jsc is None, seconds=time.monotonic() - t0)
+    # 1. our own embedded session: made once with room for every run, quiet, never restarted
+    from pyspark.sql import SparkSession
+    first, embedded = backend.get_session()
+    slots = backend.slots_available(first)
+    values = [jt.run(tiny, n=n) for n in (2, 5, 8)]
+    second, _ = backend.get_session()
+    with open(backend.session_log()) as f:
+        log = f.read()
+    emit(case="embedded", slots=slots, values=values, same=second is first, alive=first.sparkContext._jsc is not None,
+         active=SparkSession.getActiveSession() is first, log=log[-3000:])
+    try:
+        jt.run(tiny, n=slots + 1)
+        emit(case="embedded_too_many", error=None)
+    except jt.LaunchError as exc:
+        emit(case="embedded_too_many", error=type(exc).__name__, message=str(exc))
     backend.stop_embedded_session()
 
     # 2. the user's own local[2] session: -n 3 is refused at once, through the magic
@@ -78,7 +85,8 @@ def slot_run(tmp_path_factory):
         if line.startswith("RESULT "):
             item = json.loads(line[7:])
             results[item["case"]] = item
-    assert done.returncode == 0 and len(results) == 4, done.stdout[-3000:] + done.stderr[-3000:]
+    assert done.returncode == 0 and len(results) == 5, done.stdout[-3000:] + done.stderr[-3000:]
+    results["stderr"] = done.stderr
     return results
 
 
@@ -102,10 +110,23 @@ def test_users_session_is_left_alone(slot_run):
 
 
 @pytest.mark.spark
-def test_our_embedded_session_is_restarted_with_enough_slots(slot_run):
+def test_our_embedded_session_has_room_from_the_start_and_is_never_restarted(slot_run):
     r = slot_run["embedded"]
-    assert r["first_slots"] == 4 and r["restarted"] and r["first_stopped"]
-    assert r["slots"] >= 5 and r["value"] == 0 + 1 + 2 + 3 + 4
+    assert r["slots"] == 256 and r["same"] and r["alive"]
+    assert r["values"] == [1, 10, 28]
+    too_many = slot_run["embedded_too_many"]
+    assert too_many["error"] == "LaunchError" and "-n 257" in too_many["message"]
+    assert "JUPYTER_TORCHDIST_SPARK_SLOTS" in too_many["message"]
+
+
+@pytest.mark.spark
+def test_the_embedded_session_starts_quietly_and_is_the_active_session(slot_run):
+    """The JVM's start-up chatter goes to the session log, not to the user's cell."""
+    r = slot_run["embedded"]
+    assert r["active"], "SparkSession.getActiveSession() returns the embedded session on the main thread"
+    noise = ("Using incubator modules", "log4j", "Setting default log level", "NativeCodeLoader")
+    assert not [n for n in noise if n in slot_run["stderr"]], slot_run["stderr"][-2000:]
+    assert any(n in r["log"] for n in noise), "the chatter is kept in the session log"
 
 
 @pytest.mark.spark
@@ -148,7 +169,7 @@ class _Session:
 
 
 def _prepare(monkeypatch, session: _Session, **options):
-    monkeypatch.setattr(spark_mod, "get_session", lambda n: (session, False))
+    monkeypatch.setattr(spark_mod, "get_session", lambda: (session, False))
     return spark_mod.SparkLauncher().prepare(RunOptions(**options))
 
 

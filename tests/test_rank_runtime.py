@@ -8,16 +8,16 @@ import textwrap
 import threading
 import time
 
-from jupyter_torchdist import protocol as P
-from jupyter_torchdist import rank_api
+from jupyter_torchdist.channel import protocol as P
+from jupyter_torchdist.rank import api as rank_api
 from jupyter_torchdist.errors import RankFailure, RunFailed
-from jupyter_torchdist.rank_client import RankClient
+from jupyter_torchdist.rank.client import RankClient
 
 
 def test_fd_capture_catches_print_c_level_and_subprocess_output():
     code = textwrap.dedent("""
         import os, subprocess, sys, json
-        from jupyter_torchdist.iocapture import FdCapture
+        from jupyter_torchdist.rank.output import FdCapture
         lines = []
         cap = FdCapture(lambda s, t, at: lines.append([s, t]))
         print("from print")
@@ -42,7 +42,7 @@ def test_tqdm_bars_report_progress_instead_of_drawing(monkeypatch):
     got = []
     code = textwrap.dedent("""
         import json, sys
-        from jupyter_torchdist.tqdm_bridge import install
+        from jupyter_torchdist.rank.tqdm_bridge import install
         got = []
         install(lambda **kw: got.append(kw))
         from tqdm import tqdm
@@ -92,7 +92,7 @@ def test_reporter_never_blocks_when_the_kernel_stalls():
     received = []
     reader = threading.Thread(target=lambda: _drain(b, received))
     reader.start()
-    client.finish([{"t": "result", "value": None}])
+    assert client.send_final([{"t": "result", "value": None}], timeout=30)
     a.close()
     reader.join(10)
     flat = [m for frame in received for m in (frame if isinstance(frame, list) else [frame])]
@@ -116,7 +116,7 @@ def test_metric_tensors_are_read_off_the_training_thread():
     a, b = socket.socketpair()
     client = RankClient(a)
     client.post_progress({"t": "progress", "step": 1, "metrics": {"loss": torch.tensor(0.25), "obj": object()}})
-    client.finish([])
+    client.close()
     a.close()
     frames = []
     _drain(b, frames)
@@ -127,7 +127,7 @@ def test_metric_tensors_are_read_off_the_training_thread():
 def test_run_failed_renders_root_first_and_others_collapsed():
     failures = {0: RankFailure(0, "h0", "exception", "RuntimeError: Connection closed by peer", "tb0", 2.0, True),
                 2: RankFailure(2, "h2", "exception", "ValueError: real", "Traceback ...\nValueError: real", 3.0)}
-    err = RunFailed(failures, 3)
+    err = RunFailed("rank 2 on h2 failed first: ValueError: real", failures, 3)
     lines = err._render_traceback_()
     text = "\n".join(lines)
     assert "rank 2 on h2 failed first: ValueError: real" in lines[0]
@@ -139,19 +139,19 @@ def test_run_failed_renders_root_first_and_others_collapsed():
 def test_a_burst_of_reports_is_coalesced_into_few_small_frames():
     """Thousands of report() calls a second must not cost the training thread a core: the sender sends
     at most ~20 batches a second, each with at most PROGRESS_PER_BATCH progress points (the latest kept)."""
-    from jupyter_torchdist.rank_client import BATCH_INTERVAL_S, PROGRESS_PER_BATCH
+    from jupyter_torchdist.rank.client import BATCH_INTERVAL_S, PROGRESS_PER_BATCH
 
     a, b = socket.socketpair()
     client = RankClient(a)
     received: list = []
     reader = threading.Thread(target=lambda: _drain(b, received))
     reader.start()
-    client.post_progress({"t": "state", "state": "running"})
+    client.post({"t": "state", "state": "running"})
     t0 = time.monotonic()
     for i in range(20_000):
         client.post_progress({"t": "progress", "step": i, "metrics": {}})
     burst_s = time.monotonic() - t0
-    client.finish([{"t": "result", "value": None}])
+    client.send_final([{"t": "result", "value": None}], timeout=30)
     a.close()
     reader.join(10)
     batches = [f for f in received if isinstance(f, list)]
@@ -177,3 +177,44 @@ def test_report_detaches_tensors_so_no_autograd_graph_is_kept_alive():
     metrics = seen[0]["metrics"]
     assert metrics["loss"].grad_fn is None and not metrics["loss"].requires_grad
     assert metrics["loss"].item() == 6.0 and metrics["lr"] == 0.1
+
+
+def test_log_lines_past_the_budget_are_counted_and_the_kernel_told(monkeypatch):
+    from jupyter_torchdist.rank import client as client_mod
+
+    monkeypatch.setattr(client_mod, "LOG_BUDGET_BYTES", 1000)
+    a, b = socket.socketpair()
+    a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    client = RankClient(a)
+    received: list = []
+    with client._cond:  # hold the sender back, as a busy kernel would: the queue fills up
+        for i in range(100):
+            client.post_log("stdout", f"line {i:03d} " + "x" * 90, float(i))
+    reader = threading.Thread(target=lambda: _drain(b, received))
+    reader.start()
+    assert client.send_final([{"t": "result", "value": None}], timeout=30)
+    a.close()
+    reader.join(10)
+    flat = [m for f in received for m in f]
+    logs = [m for m in flat if m["t"] == "log"]
+    [dropped] = [m for m in flat if m["t"] == "dropped"]
+    assert len(logs) == 10 and logs[0]["text"].startswith("line 000")
+    assert dropped["log_lines"] == 90 and dropped["log_bytes"] == 90 * 99
+    assert flat[-1]["t"] == "result", "the outcome comes after the logs and the notice"
+
+
+def test_send_final_waits_for_what_was_queued_before_it():
+    """A kept rank's cell ends with send_final: the kernel must have the cell's logs before its outcome."""
+    a, b = socket.socketpair()
+    client = RankClient(a)
+    for i in range(500):
+        client.post_log("stdout", f"l{i}", float(i))
+    assert client.send_final([{"t": "result", "value": None}], timeout=30)
+    a.shutdown(socket.SHUT_WR)
+    frames: list = []
+    _drain(b, frames)
+    flat = [m for f in frames for m in f]
+    assert [m["text"] for m in flat if m["t"] == "log"] == [f"l{i}" for i in range(500)]
+    assert flat[-1]["t"] == "result"
+    client.close()
+    a.close()

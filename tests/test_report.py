@@ -1,4 +1,4 @@
-"""Unit: the saved run report (jupyter_torchdist.run_report): escaping, failures, size bounds, text."""
+"""Unit: the saved run report (jupyter_torchdist.views.report): escaping, failures, size bounds, text."""
 from __future__ import annotations
 
 import copy
@@ -6,13 +6,17 @@ import json
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-from jupyter_torchdist.run_report import (LOG_TAIL_LINES, MIME_TYPE, RunReport, report_bundle, report_html,
-                                          report_text, trim_snapshot)
-from jupyter_torchdist.state import RunState
+from jupyter_torchdist.views.report import MIME_TYPE, RunReport, report_bundle
+from jupyter_torchdist.views.report_html import report_html
+from jupyter_torchdist.views.report_text import report_text
+from jupyter_torchdist.views.trim import REPORT, trim_snapshot
+
+from jupyter_torchdist.kernel.state import RunState
+
+LOG_TAIL_LINES = REPORT.log_lines
 
 EVIL = '<script>alert("x")</script><img src=x onerror=alert(1)>" onmouseover="alert(2)'
 TAGS = re.compile(r"<\s*(script|img|iframe|style|link)\b", re.I)
@@ -129,7 +133,8 @@ def test_failure_from_a_real_run_state():
                          "at": 101.0}, 101.0)
     st.apply(0, "rank", {"t": "failed", "summary": "RuntimeError: Connection closed by peer", "at": 101.5}, 101.5)
     st.apply(2, "agent", {"t": "exit", "code": None, "signal": "SIGTERM", "stopped": True}, 101.6)
-    st.status, st.now = "failed", 102.0
+    st.close_out(102.0)
+    st.conclude(102.0, timeout=None, value_needed=True)
     snap = st.snapshot()
     bundle = report_bundle(snap)
     data = bundle[MIME_TYPE]
@@ -257,11 +262,9 @@ def test_mimebundle_include_exclude():
 
 
 def test_module_does_not_import_ipython():
-    path = Path(__file__).resolve().parents[1] / "jupyter_torchdist" / "run_report.py"
-    code = ("import importlib.util, sys\n"
-            f"spec = importlib.util.spec_from_file_location('run_report', {str(path)!r})\n"
-            "mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)\n"
-            "mod.report_bundle({'ranks': [{}]})\n"
+    code = ("import sys\n"
+            "from jupyter_torchdist.views.report import report_bundle\n"
+            "report_bundle({'ranks': [{}]})\n"
             "print('IPython' in sys.modules)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

@@ -10,7 +10,7 @@ import pytest
 
 import jupyter_torchdist as jt
 from jupyter_torchdist.errors import RunFailed
-from jupyter_torchdist.script import MAX_SIBLING_BYTES, collect_siblings, script_function
+from jupyter_torchdist.kernel.script import MAX_SIBLING_BYTES, collect_siblings, script_function
 
 from .conftest import descendants_of
 from .kernel import Kernel

@@ -13,12 +13,13 @@ import cloudpickle
 import pytest
 
 import jupyter_torchdist as jt
-from jupyter_torchdist import channel as channel_mod
-from jupyter_torchdist import protocol as P
-from jupyter_torchdist import supervisor, tls
-from jupyter_torchdist.channel import ChannelServer
-from jupyter_torchdist.launchers import spark as spark_launcher
-from jupyter_torchdist.rank_client import connect
+from jupyter_torchdist.channel import server as channel_mod
+from jupyter_torchdist.channel import protocol as P
+from jupyter_torchdist.channel import tls
+from jupyter_torchdist.kernel import run as supervisor
+from jupyter_torchdist.channel.server import ChannelServer
+from jupyter_torchdist.launchers import spark_session as spark_launcher
+from jupyter_torchdist.channel.client import connect
 
 from . import fault_helpers as fh
 
@@ -402,7 +403,7 @@ def test_real_run_over_tls_shows_nothing_on_the_wire(spark, servers, monkeypatch
 @pytest.mark.spark
 def test_run_warns_when_spark_encrypts_but_the_channel_does_not(spark, monkeypatch, capsys):
     real = spark_launcher._read_conf
-    encrypting = lambda sc: {**real(sc), "spark.network.crypto.enabled": "true"}  # noqa: E731
+    encrypting = lambda sc: {**real(sc), "spark.network.crypto.enabled": "true"}
     monkeypatch.setattr(spark_launcher, "_read_conf", encrypting)  # what a session with Spark's encryption reports
     monkeypatch.setattr(spark_launcher, "_conf_cache", {})  # read afresh (settings are cached per context)
     monkeypatch.delenv(tls.TLS_ENV, raising=False)

@@ -41,6 +41,18 @@ def test_all_ranks_values_and_ddp_keeps_weights_in_sync(spark):
         assert torch.equal(v["weight"], values[0]["weight"])
 
 
+def test_no_rank_exits_while_a_peer_still_needs_it(spark):
+    """Rank 0 hosts the store and ends first: it stays until every rank has ended its cell."""
+    assert jt.run(helpers.store_after_rank0_is_done, n=2, all_ranks=True) == ["rank 0 done", "from rank 0"]
+
+
+@pytest.mark.parametrize("n", [32])
+def test_many_ranks_on_one_host_with_a_trivial_cell(spark, n):
+    """A cell that is just a value, on many ranks: no rank may take the group down by ending first."""
+    for _ in range(2):
+        assert jt.run(int, 7, n=n) == 7
+
+
 def test_raising_rank_is_root_cause_with_its_traceback(spark):
     t0 = time.monotonic()
     with pytest.raises(RunFailed) as info:

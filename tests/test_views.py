@@ -1,11 +1,20 @@
-"""Unit: views draw snapshots; the text view prints each rank's new lines once, widget HTML is escaped."""
+"""Unit: views draw snapshots; one schema, one trimming pipeline, one colour map for every renderer."""
 from __future__ import annotations
 
 import io
+import re
+from pathlib import Path
 
-from jupyter_torchdist.state import RunState
+from jupyter_torchdist.kernel.state import RunState
+from jupyter_torchdist.views import chart, style
+from jupyter_torchdist.views.report_html import report_html
+from jupyter_torchdist.views.report_text import report_text
+from jupyter_torchdist.views.schema import LOSS_KEYS, RankSnapshot, RunErrorSnapshot, RunSnapshot, SecondarySnapshot
 from jupyter_torchdist.views.text import TextView
-from jupyter_torchdist.views.widget import log_html, table_html
+
+ROOT = Path(__file__).resolve().parents[1]
+TS = ROOT / "labextension" / "src"
+CSS = ROOT / "labextension" / "style" / "base.css"
 
 
 def _state():
@@ -41,47 +50,55 @@ def test_text_view_says_when_lines_were_skipped():
     assert "20 lines not shown" in out.getvalue() and "l29" in out.getvalue() and "l5 " not in out.getvalue()
 
 
-def test_widget_html_escapes_and_marks_states():
+def test_the_dropped_notice_reaches_the_text_and_html_report():
     st = _state()
-    st.apply(0, "rank", {"t": "log", "text": "<script>alert(1)</script>"}, 1.0)
-    st.apply(1, "rank", {"t": "failed", "summary": "ValueError: <b>bad</b>"}, 1.0)
-    snap = st.snapshot(log_tail=50)
-    table = table_html(snap)
-    assert "<script>" not in table and "&lt;script&gt;" in table
-    assert 'data-state="running"' in table and 'data-state="failed"' in table
-    assert "<b>bad</b>" not in table
-    assert "&lt;script&gt;" in log_html(snap["ranks"][0])
+    st.apply(1, "rank", {"t": "dropped", "log_lines": 12345, "log_bytes": 1, "progress": 0}, 1.0)
+    notice = "rank 1: 12,345 log lines past the budget were dropped"
+    assert f"note: {notice}" in report_text(st.snapshot())
+    assert notice in report_html(st.snapshot())
 
 
-def test_widget_table_for_64_ranks_scrolls():
-    st = RunState(64, started_at=0.0)
-    table = table_html(st.snapshot())
-    assert table.count('class="jtd-rank"') == 64 and "max-height" in table and "overflow:auto" in table
+# -- one schema: the Python TypedDicts and labextension/src/types.ts name the same fields -------------
+def _ts_fields(interface: str) -> set[str]:
+    text = (TS / "types.ts").read_text()
+    body = re.search(r"export interface " + interface + r" \{(.*?)\n\}", text, re.S)
+    assert body, f"{interface} not in types.ts"
+    return set(re.findall(r"^\s+(\w+)\?:", body.group(1), re.M))
 
 
-def test_stock_widget_view_draws_then_leaves_the_run_report_in_its_place(monkeypatch, request):
-    """The fallback where the anywidget front end is not built: same protocol, same ending."""
-    from IPython.core.interactiveshell import InteractiveShell
+def test_the_front_end_types_mirror_the_snapshot_schema():
+    pairs = {"IRunSnapshot": RunSnapshot, "IRankSnapshot": RankSnapshot, "IRunError": RunErrorSnapshot,
+             "ISecondaryError": SecondarySnapshot}
+    for ts_name, py in pairs.items():
+        assert _ts_fields(ts_name) == set(py.__annotations__), ts_name
 
-    from jupyter_torchdist.run_report import MIME_TYPE
-    from jupyter_torchdist.views.widget import WidgetView
 
-    calls = []
+# -- one colour map, one loss-key list, one palette ----------------------------------------------------
+def _css_roles() -> dict[str, str]:
+    return dict(re.findall(r"--td-(\w+): var\(--jp-[\w-]+, (#[0-9a-f]{6})\)", CSS.read_text()))
 
-    class Recorder:
-        def publish(self, data, metadata=None, source=None, *, transient=None, update=False, **kwargs):
-            calls.append((data, (transient or {}).get("display_id"), update))
 
-    monkeypatch.setattr(InteractiveShell.instance(), "display_pub", Recorder())
-    request.addfinalizer(InteractiveShell.clear_instance)  # no stray shell for later tests' get_ipython()
-    st = _state()
-    view = WidgetView()
-    view.start(st.snapshot(log_tail=view.log_tail))
-    st.apply(0, "rank", {"t": "progress", "step": 3, "total": 10}, 1.0)
-    view.update(st.snapshot(log_tail=view.log_tail))
-    assert 'data-state="running"' in view.table.value and "3/10" in view.table.value
-    st.status = "succeeded"
-    view.finish(st.snapshot(log_tail=view.log_tail))
-    (first, display_id, update), (last, last_id, last_update) = calls[0], calls[-1]
-    assert "application/vnd.jupyter.widget-view+json" in first and not update
-    assert last_update and last_id == display_id and last[MIME_TYPE]["status"] == "succeeded"
+def _css_state_roles() -> dict[str, str]:
+    """{state or status: role} from rules like `.jp-TorchDist-status-failed { background: var(--td-bad); }`."""
+    out = {}
+    for selectors, role in re.findall(r"((?:\.jp-TorchDist[\w.-]*-(?:state|status)-\w+,?\s*)+)\{\s*"
+                                      r"background: var\(--td-(\w+)\)", CSS.read_text()):
+        for name in re.findall(r"-(?:state|status)-(\w+)", selectors):
+            out[name] = role
+    return out
+
+
+def test_python_colours_are_the_front_ends():
+    css = _css_roles()
+    for role, hex_colour in style.ROLE_COLOURS.items():
+        assert css[role] == hex_colour, role
+    for name, role in _css_state_roles().items():
+        assert style.STATE_ROLES[name] == role, f"{name}: css says {role}, python {style.STATE_ROLES[name]}"
+
+
+def test_loss_keys_and_palette_are_the_front_ends():
+    render = "".join(p.read_text() for p in sorted(TS.glob("*.ts")))
+    assert re.search(r"LOSS_KEYS = \[([^\]]*)\]", render).group(1).replace("'", '"').split(", ") == \
+        [f'"{k}"' for k in LOSS_KEYS]
+    palette = re.search(r"PALETTE = \[([^\]]*)\]", render, re.S).group(1)
+    assert re.findall(r"#[0-9a-f]{6}", palette) == list(chart.PALETTE)

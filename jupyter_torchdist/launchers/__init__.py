@@ -1,7 +1,9 @@
-"""Launcher backends, one per file, behind the small interface in ``base``."""
-from .base import Launcher, LaunchInfo
+"""Launcher backends, one per file, behind the small interface in ``base``; pyspark only in ``spark*``."""
+from __future__ import annotations
 
-__all__ = ["Launcher", "LaunchInfo", "get_launcher"]
+from .base import Launcher
+
+__all__ = ["Launcher", "get_launcher"]
 
 
 def get_launcher(local: bool) -> Launcher:

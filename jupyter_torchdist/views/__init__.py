@@ -1,13 +1,28 @@
-"""Views draw run snapshots (see ``state.RunState.snapshot``); they never see messages or sockets."""
+"""Views draw run snapshots (``schema.RunSnapshot``); they never see messages or sockets.
+
+Every view shares one trimming pipeline (``trim``), one set of colours and formats (``style``) and
+the report renderers (``report_text``, ``report_html``; the extension's ``render.ts`` in the browser).
+"""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
-__all__ = ["NullView", "make_view"]
+__all__ = ["RunView", "NullView", "make_view"]
+
+
+class RunView(Protocol):
+    """What the supervisor draws on: a first frame, updates (at most ~10 a second), a last frame."""
+
+    log_tail: int  # log lines per rank the snapshots should carry
+
+    def start(self, snapshot: dict[str, Any]) -> None: ...
+    def update(self, snapshot: dict[str, Any]) -> None: ...
+    def finish(self, snapshot: dict[str, Any]) -> None: ...
 
 
 class NullView:
     """Draws nothing (``--quiet`` and the plain Python API)."""
+
     log_tail = 0
 
     def start(self, snapshot: dict[str, Any]) -> None:
@@ -20,30 +35,25 @@ class NullView:
         pass
 
 
-def make_view(shell: Any, quiet: bool = False) -> Any:
-    """The view for where the cell runs.
+def make_view(shell: Any, quiet: bool = False) -> RunView:
+    """The view for where the code runs.
 
-    In a Jupyter front end (a shell with a kernel): the anywidget live view (drawn by the same code
-    as the saved report) when its front end was built and anywidget imports, else the stock-ipywidgets
-    view (a checkout built without Node). Printed text in a terminal, a shell without a kernel
-    (nobody would draw a widget), or without ipywidgets.
+    In a Jupyter front end (a shell with a kernel): the anywidget live view, drawn by the same code as
+    the saved report; where its front end was not built, the report redrawn in place. Printed text in
+    a terminal or a shell without a kernel (nobody would draw a widget there).
     """
     if quiet:
         return NullView()
     if getattr(shell, "kernel", None) is not None:
         try:
             from .live import LiveView, live_available
+        except ImportError:  # anywidget missing
+            live_available = None  # type: ignore[assignment]
+        if live_available is not None and live_available():
+            return LiveView()
+        from .display import DisplayView
 
-            if live_available():
-                return LiveView()
-        except ImportError:
-            pass
-        try:
-            from .widget import WidgetView
-
-            return WidgetView()
-        except ImportError:
-            pass
+        return DisplayView()
     from .text import TextView
 
     return TextView()

@@ -5,6 +5,8 @@ import sys
 import time
 from typing import Any, TextIO
 
+from .report_text import report_text
+
 __all__ = ["TextView"]
 
 SUMMARY_EVERY_S = 5.0
@@ -62,6 +64,4 @@ class TextView:
 
     def finish(self, snapshot: dict[str, Any]) -> None:
         self.update(snapshot)
-        from ..run_report import report_text
-
         self._print(report_text(snapshot))

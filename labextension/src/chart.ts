@@ -95,27 +95,27 @@ export function cleanPoints(raw: unknown): Array<[number, number]> {
   return out;
 }
 
-/**
- * Draw the curves. The SVG scales to its container's width (viewBox), the
- * stroke width stays constant.
- */
-export function lossChart(series: ISeries[]): SVGSVGElement {
-  const W = 440;
-  const H = 170;
-  const left = 50;
-  const right = 12;
-  const top = 10;
-  const bottom = 24;
-  let x0 = Infinity;
-  let x1 = -Infinity;
-  let y0 = Infinity;
-  let y1 = -Infinity;
+const W = 440;
+const H = 170;
+const LEFT = 50;
+const RIGHT = 12;
+const TOP = 10;
+const BOTTOM = 24;
+
+/** Data bounds to chart coordinates; the y range rounded to nice ticks. */
+interface IScale {
+  x0: number;
+  x1: number;
+  ticks: ReturnType<typeof niceTicks>;
+  sx: (x: number) => number;
+  sy: (y: number) => number;
+}
+
+function scaleFor(series: ISeries[]): IScale {
+  let [x0, x1, y0, y1] = [Infinity, -Infinity, Infinity, -Infinity];
   for (const s of series) {
     for (const [x, y] of s.points) {
-      x0 = Math.min(x0, x);
-      x1 = Math.max(x1, x);
-      y0 = Math.min(y0, y);
-      y1 = Math.max(y1, y);
+      [x0, x1, y0, y1] = [Math.min(x0, x), Math.max(x1, x), Math.min(y0, y), Math.max(y1, y)];
     }
   }
   if (x1 === x0) {
@@ -123,54 +123,66 @@ export function lossChart(series: ISeries[]): SVGSVGElement {
     x1 += 0.5;
   }
   const ticks = niceTicks(y0, y1);
-  y0 = ticks.lo;
-  y1 = ticks.hi;
-  const sx = (x: number): number => left + ((x - x0) / (x1 - x0)) * (W - left - right);
-  const sy = (y: number): number => top + (1 - (y - y0) / (y1 - y0)) * (H - top - bottom);
+  const sx = (x: number): number => LEFT + ((x - x0) / (x1 - x0)) * (W - LEFT - RIGHT);
+  const sy = (y: number): number =>
+    TOP + (1 - (y - ticks.lo) / (ticks.hi - ticks.lo)) * (H - TOP - BOTTOM);
+  return { x0, x1, ticks, sx, sy };
+}
 
+/** Grid lines and y labels at round values; the first and last step on the x axis. */
+function axes(root: SVGSVGElement, s: IScale): void {
+  const { ticks } = s;
+  for (let v = ticks.lo; v <= ticks.hi + ticks.step / 2; v += ticks.step) {
+    const y = s.sy(v);
+    root.appendChild(
+      svg('line', { x1: LEFT, x2: W - RIGHT, y1: y, y2: y, class: 'jp-TorchDist-chartGrid' })
+    );
+    root.appendChild(label(LEFT - 6, y + 3.5, v.toFixed(ticks.decimals), 'end'));
+  }
+  const xFirst = Math.ceil(s.x0);
+  const xLast = Math.floor(s.x1);
+  root.appendChild(label(s.sx(xFirst), H - 6, `step ${xFirst}`, 'start'));
+  if (xLast > xFirst) {
+    root.appendChild(label(s.sx(xLast), H - 6, String(xLast), 'end'));
+  }
+}
+
+function curve(series: ISeries, colour: string, faint: boolean, s: IScale): SVGElement {
+  if (series.points.length === 1) {
+    const [x, y] = series.points[0];
+    return svg('circle', { cx: s.sx(x), cy: s.sy(y), r: 2.5, fill: colour });
+  }
+  const pts = series.points.map(([x, y]) => `${s.sx(x).toFixed(1)},${s.sy(y).toFixed(1)}`).join(' ');
+  const line = svg('polyline', {
+    stroke: colour,
+    fill: 'none',
+    'vector-effect': 'non-scaling-stroke',
+    'stroke-opacity': faint ? 0.55 : 0.95,
+    points: pts,
+    'stroke-width': 1.6
+  });
+  const title = svg('title', {});
+  title.textContent = `rank ${series.rank}`;
+  line.appendChild(title);
+  return line;
+}
+
+/**
+ * Draw the curves. The SVG scales to its container's width (viewBox), the
+ * stroke width stays constant.
+ */
+export function lossChart(series: ISeries[]): SVGSVGElement {
+  const scale = scaleFor(series);
   const root = svg('svg', {
     viewBox: `0 0 ${W} ${H}`,
     class: 'jp-TorchDist-chart',
     role: 'img',
     'aria-label': 'loss per rank'
   });
-
-  // Grid and y labels at round values.
-  for (let v = ticks.lo; v <= ticks.hi + ticks.step / 2; v += ticks.step) {
-    const y = sy(v);
-    root.appendChild(
-      svg('line', { x1: left, x2: W - right, y1: y, y2: y, class: 'jp-TorchDist-chartGrid' })
-    );
-    root.appendChild(label(left - 6, y + 3.5, v.toFixed(ticks.decimals), 'end'));
-  }
-  // X axis labels: first and last step.
-  const xFirst = Math.ceil(x0);
-  const xLast = Math.floor(x1);
-  root.appendChild(label(sx(xFirst), H - 6, `step ${xFirst}`, 'start'));
-  if (xLast > xFirst) {
-    root.appendChild(label(sx(xLast), H - 6, String(xLast), 'end'));
-  }
-
+  axes(root, scale);
   const many = series.length > PALETTE.length;
   series.forEach((s, i) => {
-    const colour = PALETTE[(many ? s.rank : i) % PALETTE.length];
-    const common = {
-      stroke: colour,
-      fill: 'none',
-      'vector-effect': 'non-scaling-stroke',
-      'stroke-opacity': many ? 0.55 : 0.95
-    };
-    if (s.points.length === 1) {
-      const [x, y] = s.points[0];
-      root.appendChild(svg('circle', { cx: sx(x), cy: sy(y), r: 2.5, fill: colour }));
-      return;
-    }
-    const pts = s.points.map(([x, y]) => `${sx(x).toFixed(1)},${sy(y).toFixed(1)}`).join(' ');
-    const line = svg('polyline', { ...common, points: pts, 'stroke-width': 1.6 });
-    const title = svg('title', {});
-    title.textContent = `rank ${s.rank}`;
-    line.appendChild(title);
-    root.appendChild(line);
+    root.appendChild(curve(s, PALETTE[(many ? s.rank : i) % PALETTE.length], many, scale));
   });
   return root;
 }

@@ -1,7 +1,7 @@
 /**
  * The run snapshot drawn by the renderer.
  *
- * Mirrors `RunState.snapshot()` in `jupyter_torchdist/state.py` (version 1).
+ * Mirrors `jupyter_torchdist/views/schema.py` (version 1; a test holds the two together).
  * Every field is treated as untrusted and possibly missing: a report saved
  * by another version, or edited by hand, must still render.
  */
@@ -21,6 +21,8 @@ export interface IRankSnapshot {
   exit_signal?: string | null;
   error?: string | null;
   log_lines?: number;
+  /** Lines the rank could not send: past its log budget. */
+  log_dropped?: number;
   log_tail?: Array<[string, string]>;
   loss_history?: Array<[number, number]>;
 }
@@ -54,5 +56,7 @@ export interface IRunSnapshot {
   elapsed_s?: number | null;
   value_repr?: string | null;
   error?: IRunError | null;
+  /** Things the user should know that are not failures ("log lines dropped"). */
+  notices?: string[];
   ranks?: IRankSnapshot[];
 }

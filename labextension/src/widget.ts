@@ -27,70 +27,90 @@ function inFlight(snapshot: unknown): boolean {
   return typeof status === 'string' && IN_FLIGHT.includes(status);
 }
 
-function render({ model, el }: IRenderProps): () => void {
-  el.classList.add('jp-TorchDist', 'jp-TorchDist-widget');
-  let stop: StopState = stopAvailable() ? 'ready' : 'hint';
-  let received = performance.now();
-  let frame = 0;
-  let visible = true;
-  let stale = false;
+/** One live view on the page: draws the synced snapshot, at most once a frame, only while visible. */
+class LiveWidget {
+  constructor(
+    private readonly model: IRenderProps['model'],
+    el: HTMLElement
+  ) {
+    el.classList.add('jp-TorchDist', 'jp-TorchDist-widget');
+    this.view = new ReportView(el, { onStop: button => this.onStop(button) });
+    model.on('change:snapshot', this.onChange);
+    // A view scrolled out of sight (a long notebook) costs nothing until it is seen again.
+    this.watcher =
+      typeof IntersectionObserver === 'function'
+        ? new IntersectionObserver(entries => this.onVisible(entries.some(e => e.isIntersecting)))
+        : null;
+    this.watcher?.observe(el);
+    this.tick = window.setInterval(() => {
+      if (inFlight(model.get('snapshot'))) {
+        this.schedule(); // clocks keep ticking between snapshots
+      }
+    }, 1000);
+    this.draw();
+  }
 
-  const draw = (): void => {
-    frame = 0;
-    if (!visible) {
-      stale = true; // drawn when scrolled back into view
+  dispose(): void {
+    this.model.off('change:snapshot', this.onChange);
+    this.watcher?.disconnect();
+    window.clearInterval(this.tick);
+    if (this.frame) {
+      cancelAnimationFrame(this.frame);
+    }
+    this.view.dispose();
+  }
+
+  private draw = (): void => {
+    this.frame = 0;
+    if (!this.visible) {
+      this.stale = true; // drawn when scrolled back into view
       return;
     }
-    stale = false;
-    if (stop === 'hint' && stopAvailable()) {
-      stop = 'ready'; // the plugin activated after this view was first drawn
+    this.stale = false;
+    if (this.stop === 'hint' && stopAvailable()) {
+      this.stop = 'ready'; // the plugin activated after this view was first drawn
     }
-    const live: ILiveOptions = { stop, extra: (performance.now() - received) / 1000 };
-    view.render(model.get('snapshot'), live);
+    const live: ILiveOptions = { stop: this.stop, extra: (performance.now() - this.received) / 1000 };
+    this.view.render(this.model.get('snapshot'), live);
   };
-  // Coalesce bursts of updates into one draw per frame; none while the page is hidden.
-  const schedule = (): void => {
-    if (!frame) {
-      frame = requestAnimationFrame(draw);
+
+  /** Coalesce bursts of updates into one draw per frame; none while the page is hidden. */
+  private schedule(): void {
+    if (!this.frame) {
+      this.frame = requestAnimationFrame(this.draw);
     }
+  }
+
+  private onChange = (): void => {
+    this.received = performance.now();
+    this.schedule();
   };
-  const view = new ReportView(el, {
-    onStop: button => {
-      stop = requestStop(button) ? 'sent' : stopAvailable() ? 'unreachable' : 'hint';
-      draw();
+
+  private onVisible(visible: boolean): void {
+    this.visible = visible;
+    if (visible && this.stale) {
+      this.schedule();
     }
-  });
-  const onChange = (): void => {
-    received = performance.now();
-    schedule();
-  };
-  model.on('change:snapshot', onChange);
-  // A view scrolled out of sight (a long notebook) costs nothing until it is seen again.
-  const watcher =
-    typeof IntersectionObserver === 'function'
-      ? new IntersectionObserver(entries => {
-          visible = entries.some(e => e.isIntersecting);
-          if (visible && stale) {
-            schedule();
-          }
-        })
-      : null;
-  watcher?.observe(el);
-  const tick = window.setInterval(() => {
-    if (inFlight(model.get('snapshot'))) {
-      schedule();
-    }
-  }, 1000);
-  draw();
-  return () => {
-    model.off('change:snapshot', onChange);
-    watcher?.disconnect();
-    window.clearInterval(tick);
-    if (frame) {
-      cancelAnimationFrame(frame);
-    }
-    view.dispose();
-  };
+  }
+
+  private onStop(button: HTMLElement): void {
+    this.stop = requestStop(button) ? 'sent' : stopAvailable() ? 'unreachable' : 'hint';
+    this.draw();
+  }
+
+  private readonly view: ReportView;
+  private readonly watcher: IntersectionObserver | null;
+  private readonly tick: number;
+  private stop: StopState = stopAvailable() ? 'ready' : 'hint';
+  private received = performance.now();
+  private frame = 0;
+  private visible = true;
+  private stale = false;
+}
+
+function render({ model, el }: IRenderProps): () => void {
+  const widget = new LiveWidget(model, el);
+  return () => widget.dispose();
 }
 
 export default { render };

@@ -1,0 +1,235 @@
+"""What passes between the kernel, the launchers and the ranks: the one contract, typed, in one place.
+
+Three kinds of process take part in a run:
+
+* the **kernel** (the notebook's process) plans the run, listens on the channel and draws the view;
+* an **agent** per rank (a Spark task, or a process forked by the ``--local`` server) forks the rank,
+  watches it and reports how it ended;
+* the **rank** runs the user's code.
+
+Every message is a dict whose ``"t"`` names its type; the constants below are the whole vocabulary,
+the ``TypedDict`` beside each says its fields, and ``INBOUND`` says who may send what to the kernel.
+The kernel's ``RunState`` handles every inbound pair on purpose (a test checks the table against
+``INBOUND``), so a message type cannot be added on one side and silently dropped on the other.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal, TypedDict
+
+__all__ = [
+    "RANK", "AGENT", "BACKEND", "Role",
+    "HELLO", "STATE", "PROGRESS", "LOG", "RESULT", "FAILED", "DROPPED",
+    "AGENT_HELLO", "EXIT", "CONNECTED", "DISCONNECTED", "LOST", "STOPPED", "JOB_END",
+    "RENDEZVOUS", "RELEASE", "CELL", "STOP", "INTERRUPT",
+    "RANK_SENDS", "AGENT_SENDS", "CHANNEL_SAYS", "BACKEND_SAYS", "INBOUND",
+    "TLSPin", "RunPlan", "LaunchInfo", "Inbound",
+]
+
+# -- roles: who a message comes from ------------------------------------------------------------------
+RANK: Final = "rank"        # the process running the user's code
+AGENT: Final = "agent"      # the watcher that forked it (a Spark task, or a --local agent)
+BACKEND: Final = "backend"  # the kernel's own launcher or channel, speaking for a rank it lost
+Role = Literal["rank", "agent", "backend"]
+
+# -- rank -> kernel ------------------------------------------------------------------------------------
+HELLO: Final = "hello"          # who I am; rank 0 adds where its TCPStore listens
+STATE: Final = "state"          # starting (group forming) / running (the cell's code started)
+PROGRESS: Final = "progress"    # report(), tqdm: step, total, metrics
+LOG: Final = "log"              # one line of the rank's stdout or stderr
+RESULT: Final = "result"        # the cell ended with a value
+FAILED: Final = "failed"        # the cell raised (or a script exited non-zero)
+DROPPED: Final = "dropped"      # log lines and progress points the rank could not send (budgets)
+
+# -- agent -> kernel -----------------------------------------------------------------------------------
+AGENT_HELLO: Final = "agent"    # the agent's host and pid, and its rank's pid
+EXIT: Final = "exit"            # how the rank's process ended (code or signal; stopped by us or not)
+
+# -- said by the kernel's channel, about a connection --------------------------------------------------
+CONNECTED: Final = "connected"
+DISCONNECTED: Final = "disconnected"
+
+# -- said by the kernel's launcher or channel, about a rank it lost -------------------------------------
+LOST: Final = "lost"            # the agent or executor vanished before saying how the rank ended
+STOPPED: Final = "stopped"      # the rank was stopped by the kernel and is gone
+JOB_END: Final = "job_end"      # the launcher's job ended (rank -1)
+
+# -- kernel -> rank / agent ----------------------------------------------------------------------------
+RENDEZVOUS: Final = "rendezvous"  # where the store is, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK
+RELEASE: Final = "release"        # rank: every rank has ended its cell; you may exit now
+CELL: Final = "cell"              # kept rank: run this payload next, in your namespace
+STOP: Final = "stop"              # agent: kill your rank now
+INTERRUPT: Final = "interrupt"    # agent: deliver SIGINT to your rank (kept ranks survive it)
+
+RANK_SENDS: Final = frozenset({HELLO, STATE, PROGRESS, LOG, RESULT, FAILED, DROPPED})
+AGENT_SENDS: Final = frozenset({AGENT_HELLO, EXIT})
+CHANNEL_SAYS: Final = frozenset({CONNECTED, DISCONNECTED})
+BACKEND_SAYS: Final = frozenset({LOST, STOPPED, JOB_END})
+
+# Every (role, type) the kernel can receive. Channel notices come for both connection roles.
+INBOUND: Final = frozenset(
+    {(RANK, t) for t in RANK_SENDS | CHANNEL_SAYS}
+    | {(AGENT, t) for t in AGENT_SENDS | CHANNEL_SAYS}
+    | {(BACKEND, t) for t in BACKEND_SAYS}
+)
+
+
+# -- message shapes ------------------------------------------------------------------------------------
+class HelloMsg(TypedDict, total=False):
+    t: str
+    host: str
+    ip: str
+    pid: int
+    store_port: int     # rank 0 only
+
+
+class StateMsg(TypedDict):
+    t: str
+    state: Literal["starting", "running"]
+
+
+class ProgressMsg(TypedDict):
+    t: str
+    step: int | None
+    total: int | None
+    metrics: dict[str, Any]
+    at: float
+
+
+class LogMsg(TypedDict):
+    t: str
+    stream: Literal["stdout", "stderr"]
+    text: str
+    at: float
+
+
+class ResultMsg(TypedDict, total=False):
+    t: str
+    value: bytes | None   # cloudpickle of the value (rank 0, or every rank with --all-ranks)
+    repr: str | None
+    at: float
+    cell: int             # kept ranks: which cell this ends
+    names: list[str]      # kept ranks: the global names the rank's own code defined (rank 0)
+
+
+class FailedMsg(TypedDict, total=False):
+    t: str
+    summary: str
+    traceback: str
+    at: float
+    code: Any             # a script's exit code
+    interrupted: bool     # the cell ended in KeyboardInterrupt (kept ranks: the kernel asked for it)
+    cell: int             # kept ranks: which cell this ends
+
+
+class DroppedMsg(TypedDict):
+    t: str
+    log_lines: int
+    log_bytes: int
+    progress: int
+
+
+
+
+
+class AgentHelloMsg(TypedDict):
+    t: str
+    host: str
+    pid: int
+    child: int
+
+
+class ExitMsg(TypedDict):
+    t: str
+    code: int | None
+    signal: str | None
+    stopped: bool
+    at: float
+
+
+class LostMsg(TypedDict, total=False):
+    t: str
+    summary: str
+    traceback: str
+    at: float
+
+
+class JobEndMsg(TypedDict):
+    t: str
+    error: str | None
+
+
+class RendezvousMsg(TypedDict):
+    t: str
+    master_addr: str
+    master_port: int
+    local_rank: int
+    local_world_size: int
+    group_rank: int
+    num_hosts: int
+
+
+
+class CellMsg(TypedDict):
+    t: str
+    cell: int             # kept ranks count their cells from 1 (the payload that started them)
+    payload: bytes        # cloudpickle of a rank.kept.KeptCell or KeptCall
+    filename: str
+    source: str
+    all_ranks: bool
+    max_value_bytes: int
+
+
+class StopMsg(TypedDict):
+    t: str
+    reason: str
+
+
+# -- what travels to every rank --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TLSPin:
+    """What a rank needs to trust the kernel: the run's certificate (PEM) and its SHA-256 fingerprint."""
+    cert_pem: str
+    sha256: str
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """Everything every rank needs, identical for all ranks (the rank number comes separately)."""
+    run_id: str
+    world_size: int
+    address: tuple[str, int]
+    secret: bytes
+    payload: bytes
+    filename: str
+    source: str
+    gpu: bool
+    threads: int | None
+    max_value_bytes: int
+    all_ranks: bool
+    loopback: bool  # every rank is on the kernel's host: keep all traffic on 127.0.0.1
+    pg_timeout_s: float = 1800.0
+    tls: TLSPin | None = None  # the run's pinned certificate when the channel runs over TLS
+    keep: bool = False         # kept ranks: after the payload, wait for CELL messages instead of exiting
+
+
+@dataclass(frozen=True)
+class LaunchInfo:
+    """What a launcher found when it checked the run could be placed."""
+    label: str            # shown in the view, e.g. "spark local[4]"
+    channel_host: str     # where the kernel listens so that ranks can reach it
+    loopback: bool        # every rank runs on this host
+    channel_tls: bool = False           # the live channel runs over TLS (channel/tls.py)
+    warnings: tuple[str, ...] = ()      # said once before the run starts (e.g. Spark encrypts, we do not)
+    watcher: str = "the agent process"  # what runs beside each rank, in words ("the Spark task")
+    lost_hint: str = ""                 # where to look when a watcher is lost ("The executor's log says why.")
+
+
+@dataclass(frozen=True)
+class Inbound:
+    """One message for the kernel, stamped with the rank and role its connection authenticated as."""
+    rank: int
+    role: str
+    msg: dict[str, Any]
+    at: float = field(default_factory=time.time)

@@ -1,0 +1,31 @@
+"""The plain Python API under the magic, for code outside notebooks."""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ..options import RunOptions
+from ..views import RunView
+from .result import RunResult
+from .run import Work, launch
+
+__all__ = ["run", "run_detailed"]
+
+
+def run_detailed(fn: Callable[..., Any], *args: Any, n: int = 2, gpu: bool = False, local: bool = False,
+                 timeout: float | None = None, all_ranks: bool = False, view: RunView | None = None,
+                 **kwargs: Any) -> RunResult:
+    """Like ``run`` but returns the whole ``RunResult`` (every rank's value, state, logs)."""
+    options = RunOptions(n=n, gpu=gpu, local=local, timeout=timeout, all_ranks=all_ranks)
+    work = Work(fn, args, kwargs, title=f"run({getattr(fn, '__name__', 'fn')}) -n {n}")
+    return launch(work, options, view)
+
+
+def run(fn: Callable[..., Any], *args: Any, n: int = 2, gpu: bool = False, local: bool = False,
+        timeout: float | None = None, all_ranks: bool = False, **kwargs: Any) -> Any:
+    """Call ``fn(*args, **kwargs)`` on ``n`` ranks (process group ready) and return rank 0's value.
+
+    With ``all_ranks=True`` the list of every rank's value comes back instead.
+    """
+    return run_detailed(fn, *args, n=n, gpu=gpu, local=local, timeout=timeout, all_ranks=all_ranks,
+                        **kwargs).value

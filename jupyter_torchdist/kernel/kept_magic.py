@@ -1,0 +1,86 @@
+"""``%%distribute --keep`` and ``%distribute_stop``: the notebook's one set of kept ranks."""
+from __future__ import annotations
+
+from typing import Any
+
+from ..options import RunOptions
+from ..views import make_view
+from .cell import CellSyntaxError
+from .kept import KeptInfo, Ranks, notebook_ranks, set_notebook_ranks
+from .kept_cell import kept_cell
+from .pickling import pack
+
+__all__ = ["run_kept", "stop_kept", "kept"]
+
+
+def kept() -> KeptInfo | None:
+    """The notebook's kept ranks (``%%distribute --keep``): ranks, backend, hosts and pids, since, cells; or None."""
+    ranks = notebook_ranks()
+    return ranks.describe() if ranks is not None else None
+
+
+def _describe(info: KeptInfo) -> str:
+    return f"{info.n} kept rank{'s' if info.n != 1 else ''} on {info.backend}, {info.cells} cells run"
+
+
+def stop_kept() -> str:
+    ranks = notebook_ranks()
+    if ranks is None:
+        return "no kept ranks are up (a %%distribute --keep cell starts them)"
+    info = ranks.describe()
+    ranks.stop()
+    set_notebook_ranks(None)
+    slots = "" if info is None or info.local else f"; their {info.n} Spark task slots are free"
+    return f"stopped the {_describe(info) if info else 'kept ranks'}: every rank process has ended{slots}"
+
+
+def _differs(info: KeptInfo, options: RunOptions) -> str | None:
+    if options.n_explicit and options.n != info.n:
+        return f"this cell asks for -n {options.n}"
+    if options.gpu != info.gpu:
+        return "this cell " + ("asks for --gpu" if options.gpu else "runs without --gpu")
+    if options.local != info.local:
+        return "this cell " + ("asks for --local" if options.local else "runs on Spark, not --local")
+    return None
+
+
+def _ranks_for(options: RunOptions) -> Ranks:
+    """The kept ranks this cell runs on: the notebook's, unless the cell asks for different ones."""
+    ranks = notebook_ranks()
+    info = ranks.describe() if ranks is not None else None
+    why = _differs(info, options) if info is not None else None
+    if ranks is not None and info is not None and why is not None:
+        ranks.stop()
+        print(f"jupyter-torchdist: stopped the {_describe(info)} ({why}); their state is gone. Starting new ones.")
+        ranks = None
+    if ranks is None:
+        n = options.n if options.n_explicit or info is None else info.n
+        ranks = Ranks(n, gpu=options.gpu, local=options.local, threads=options.backend_threads)
+        set_notebook_ranks(ranks)
+    return ranks
+
+
+def run_kept(shell: Any, line: str, cell: str, options: RunOptions, number: int) -> Any:
+    """Run the cell on the notebook's kept ranks (starting them if none are up); its value."""
+    ranks = _ranks_for(options)
+    filename = f"Cell In[{number}]"
+    try:
+        job = kept_cell(shell.transform_cell(cell), filename, shell.user_ns, ranks.rank_names,
+                        set(getattr(shell, "user_ns_hidden", {})))
+    except CellSyntaxError as exc:
+        shell.showsyntaxerror(filename=exc.filename)
+        return None
+    payload = pack(job, max_bytes=options.max_payload_bytes, named=job.shipped)
+    header = f"%%distribute {line}".strip()
+    n = ranks.options.n
+    run_options = options if options.n == n else RunOptions(**{**options.__dict__, "n": n})
+    result = ranks.execute(payload, run_options, title=f"{header} (cell {ranks_cells(ranks) + 1} on kept ranks)",
+                           view=make_view(shell, options.quiet), filename=filename, source=header + "\n" + job.source)
+    if options.output:
+        shell.user_ns[options.output] = result.value
+    return result.value
+
+
+def ranks_cells(ranks: Ranks) -> int:
+    info = ranks.describe()
+    return info.cells if info is not None else 0

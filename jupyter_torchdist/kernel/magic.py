@@ -1,0 +1,119 @@
+"""The IPython magics: parse, compile, run, show. Only wiring; each step lives in its own module."""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
+
+from ..errors import OptionsError
+from ..options import RunOptions, options_help, parse_options
+from ..views import make_view
+from . import kept_magic
+from .cell import CellSyntaxError, compile_cell
+from .run import Work, launch
+
+__all__ = ["DistributeMagics", "load", "unload"]
+
+WARMUP_ENV = "JUPYTER_TORCHDIST_WARMUP"
+
+
+def _cell_number(shell: Any) -> int:
+    """The running cell's prompt number, as IPython names it in tracebacks ("Cell In[5]").
+
+    IPython 9 counts up before running the cell, IPython 8 after; the displayhook holds the
+    running cell's own ExecutionResult in both."""
+    result = getattr(getattr(shell, "displayhook", None), "exec_result", None)
+    count = getattr(result, "execution_count", None)
+    return count if isinstance(count, int) else int(shell.execution_count)
+
+
+def _parse(line: str, cell: str | None) -> RunOptions:
+    try:
+        options = parse_options(line)
+    except OptionsError as exc:
+        raise UsageError(str(exc)) from None
+    if cell is None and not options.script:
+        raise UsageError("%distribute needs a script (`%distribute -n 2 train.py --lr 0.1`); "
+                         "for a cell, use %%distribute on the cell's first line.")
+    if cell is not None and options.script:
+        raise UsageError(f"unexpected arguments {' '.join(options.script)!r}: %%distribute takes options only; "
+                         "see %%distribute?")
+    if cell is None and options.keep:
+        raise UsageError("--keep keeps a cell's namespace on the ranks: use it with %%distribute on a cell "
+                         "(a script runs on fresh ranks each time)")
+    return options
+
+
+@magics_class
+class DistributeMagics(Magics):
+    shell: Any  # IPython's own annotation allows None; a registered magic always has its shell
+
+    @line_cell_magic
+    def distribute(self, line: str, cell: str | None = None) -> Any:
+        options = _parse(line, cell)
+        if options.keep and cell is not None:
+            return kept_magic.run_kept(self.shell, line, cell, options, _cell_number(self.shell))
+        work = self._cell_work(line, cell) if cell is not None else self._script_work(options)
+        if work is None:
+            return None  # a syntax error, already shown the way IPython shows one
+        result = launch(work, options, make_view(self.shell, options.quiet))
+        if options.output:
+            self.shell.user_ns[options.output] = result.value
+        return result.value
+
+    def _cell_work(self, line: str, cell: str) -> Work | None:
+        shell = self.shell
+        try:
+            compiled = compile_cell(shell.transform_cell(cell), shell.user_ns, header=f"%%distribute {line}",
+                                    filename=f"Cell In[{_cell_number(shell)}]")
+        except CellSyntaxError as exc:
+            shell.showsyntaxerror(filename=exc.filename)
+            return None
+        return Work(compiled.fn, title=f"%%distribute {line}".strip(), filename=compiled.filename,
+                    source=compiled.source)
+
+    @line_magic
+    def distribute_stop(self, line: str) -> None:
+        """Stop the notebook's kept ranks (%%distribute --keep): every process ends, their slots are free."""
+        print(kept_magic.stop_kept())
+
+    @staticmethod
+    def _script_work(options: RunOptions) -> Work:
+        from .script import script_function
+
+        return Work(script_function(list(options.script)), title=f"script {' '.join(options.script)}",
+                    filename="<script>")
+
+
+DistributeMagics.distribute.__doc__ = (
+    "Run a cell (%%distribute) or a torchrun-style script (%distribute ... script.py ARGS) as N "
+    "distributed PyTorch ranks.\n\n" + options_help()
+)
+
+
+def _activate_embedded_session(*_: Any) -> None:
+    """Before each cell: once our embedded session is up, it is the notebook's active session too
+    (the JVM keeps the active session per thread, and it was made on a background thread)."""
+    from ..launchers.spark_session import activate_embedded
+
+    activate_embedded()
+
+
+def load(ipython: Any) -> None:
+    ipython.register_magics(DistributeMagics)
+    try:
+        from ..launchers.spark_session import warm_up_async
+    except ImportError:
+        return  # no pyspark: --local still works
+    ipython.events.register("pre_run_cell", _activate_embedded_session)
+    if os.environ.get(WARMUP_ENV, "1") != "0":
+        warm_up_async()
+
+
+def unload(ipython: Any) -> None:
+    try:
+        ipython.events.unregister("pre_run_cell", _activate_embedded_session)
+    except ValueError:
+        pass

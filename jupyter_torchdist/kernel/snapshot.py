@@ -1,0 +1,47 @@
+"""The run state as the one snapshot every view draws (``views.schema``): pure, no I/O."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..errors import root_cause
+from ..views.schema import SCHEMA_VERSION, RankSnapshot, RunErrorSnapshot, RunSnapshot
+
+if TYPE_CHECKING:
+    from .state import RankState, RunState
+
+__all__ = ["run_snapshot"]
+
+
+def run_snapshot(state: RunState, log_tail: int) -> RunSnapshot:
+    end = state.ended_at if state.ended_at is not None else state.now
+    return {
+        "version": SCHEMA_VERSION, "title": state.title, "status": state.status, "headline": state.headline,
+        "backend": state.backend, "options": dict(state.options), "world_size": state.world_size,
+        "elapsed_s": round(max(0.0, end - state.started_at), 3), "value_repr": state.value_repr,
+        "error": _error_snapshot(state), "notices": state.notices(),
+        "ranks": [_rank_snapshot(r, end, log_tail) for r in state.ranks],
+    }
+
+
+def _error_snapshot(state: RunState) -> RunErrorSnapshot | None:
+    if not state.failures:
+        return None
+    r = root_cause(state.failures)
+    return {"rank": r.rank, "host": r.host, "kind": r.kind, "summary": r.summary, "traceback": r.traceback,
+            "secondary": [{"rank": f.rank, "host": f.host, "summary": f.summary}
+                          for f in sorted(state.failures.values(), key=lambda f: f.rank) if f.rank != r.rank]}
+
+
+def _rank_snapshot(r: RankState, end: float, log_tail: int) -> RankSnapshot:
+    stop = r.ended_at if r.ended_at is not None else end
+    tail = list(r.logs)[-log_tail:] if log_tail else []
+    return {
+        "rank": r.rank, "host": r.host, "state": r.state, "step": r.step, "total": r.total,
+        "rate": None if r.rate is None else round(r.rate, 3), "metrics": dict(r.metrics),
+        "last_line": r.last_line,
+        "elapsed_s": None if r.started_at is None else round(max(0.0, stop - r.started_at), 3),
+        "exit_code": r.exit_code, "exit_signal": r.exit_signal,
+        "error": r.failure.summary if r.failure else None,
+        "log_lines": r.log_lines, "log_dropped": r.log_dropped, "log_tail": [[s, t] for s, t in tail],
+        "loss_history": [[x, round(y, 6)] for x, y in r.history],
+    }

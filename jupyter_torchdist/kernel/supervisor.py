@@ -1,0 +1,183 @@
+"""Drive one run from the kernel: move messages from the channel into the state, and keep time.
+
+Single-threaded on the caller's thread: events arrive on a queue (from the channel's threads and
+the launcher), so a KeyboardInterrupt lands here and nowhere else. Every decision about what the
+run *is* (stopping, failed, timed out) is a transition of ``RunState``; this loop only decides
+*when* (deadlines, graces) and carries the consequences out (rendezvous, stop, cancel, redraw).
+"""
+from __future__ import annotations
+
+import contextlib
+import queue
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any, Final
+
+import cloudpickle
+
+from .. import contract as C
+from ..channel.server import ChannelServer
+from ..contract import Inbound
+from ..launchers.base import Launcher
+from ..views import RunView
+from .rendezvous import plan_rendezvous
+from .state import RunState
+
+__all__ = ["Supervisor", "plain_sigint", "FRAME_S"]
+
+FRAME_S: Final = 0.1          # the view is redrawn at most this often (about 10 updates a second)
+STOP_GRACE_S: Final = 3.0     # after asking ranks to stop, wait this long before cancelling the launcher's job
+STOP_LIMIT_S: Final = 15.0    # ... and this long in all before giving up on confirmations
+SETTLE_GRACE_S: Final = 3.0   # after the job ended, wait this long for the last messages
+ECHO_GRACE_S: Final = 1.0     # a peer's "connection closed" may arrive before the real error: wait for it
+
+
+class Supervisor:
+    """One run's loop: ``run_until_done`` returns once every rank is accounted for (or we gave up)."""
+
+    def __init__(self, state: RunState, server: ChannelServer, launcher: Launcher, view: RunView,
+                 inbox: queue.SimpleQueue[Inbound], deadline: float | None) -> None:
+        self.state, self.server, self.launcher, self.view = state, server, launcher, view
+        self.inbox, self.deadline = inbox, deadline
+        self.values: dict[int, Any] = {}
+        self.stop_at: float | None = None
+        self.first_failure_at: float | None = None
+        self.cancelled = False
+        self.released = False
+        self.dirty = True
+        self.last_frame = 0.0
+
+    # -- messages ---------------------------------------------------------------------------------
+    def handle(self, ev: Inbound) -> None:
+        self.dirty = True
+        t = ev.msg.get("t")
+        self.state.apply(ev.rank, ev.role, ev.msg, ev.at)
+        if ev.role == C.RANK and t == C.HELLO and self.state.hellos_complete() and self.stop_at is None:
+            self._send_rendezvous()
+        if ev.role == C.RANK and t == C.RESULT and ev.msg.get("value") is not None:
+            self._take_value(ev)
+        if self.state.failures and self.first_failure_at is None:
+            self.first_failure_at = time.time()
+        if any(not f.secondary for f in self.state.failures.values()):
+            self.stop("failed")
+        if t in (C.RESULT, C.FAILED) and not self.released and not self.state.running_ranks():
+            self._release(range(self.state.world_size))
+
+    def _release(self, ranks: Any) -> None:
+        """Every rank has ended its cell: let them exit (none may go while a peer still needs it)."""
+        self.released = True
+        for rank in ranks:
+            self.server.send(rank, C.RANK, {"t": C.RELEASE})
+
+    def _send_rendezvous(self) -> None:
+        hellos = {r.rank: {"host": r.host, "ip": r.ip, "store_port": r.store_port}
+                  for r in self.state.ranks}
+        if hellos[0]["store_port"] is None:
+            del hellos[0]["store_port"]
+        try:
+            messages = plan_rendezvous(hellos, self.state.world_size)
+        except ValueError as exc:
+            self.state.apply(0, C.BACKEND, {"t": C.LOST, "summary": f"rendezvous failed: {exc}"}, time.time())
+            return
+        for rank, msg in messages.items():
+            self.server.send(rank, C.RANK, msg)
+
+    def _take_value(self, ev: Inbound) -> None:
+        try:
+            self.values[ev.rank] = cloudpickle.loads(ev.msg["value"])
+        except Exception as exc:
+            self.state.reject_value(ev.rank, f"the value came back but could not be unpickled in the kernel: "
+                                             f"{type(exc).__name__}: {exc}", time.time())
+
+    # -- stopping ----------------------------------------------------------------------------------
+    def stop(self, reason: str) -> None:
+        """Ask every rank's agent to kill its rank now; the launcher's own cancel follows if needed."""
+        now = time.time()
+        if not self.state.begin_stop(reason, now):
+            return
+        self.stop_at, self.dirty = now, True
+        ended = {r.rank for r in self.state.ranks if r.state in ("done", "failed")}  # they exit by themselves
+        self._release(ended)
+        told = self.server.stop_all(reason, spare=ended)  # agents that connect later are told too
+        if len(told | ended) < self.state.world_size:
+            self.cancel()  # some tasks have no agent to tell yet: only the launcher can stop them
+
+    def cancel(self) -> None:
+        if not self.cancelled:
+            self.cancelled = True
+            self.launcher.cancel()
+
+    # -- time ----------------------------------------------------------------------------------------
+    def finished(self, now: float) -> bool:
+        ended = self.state.job_ended_at
+        if ended is None:
+            return False
+        return self.state.settled or now - ended > SETTLE_GRACE_S
+
+    def tick(self, now: float) -> None:
+        if self.first_failure_at is not None and now - self.first_failure_at >= ECHO_GRACE_S:
+            self.stop("failed")
+        if self.deadline is not None and now >= self.deadline:
+            self.stop("timeout")
+        if self.stop_at is not None and now - self.stop_at > STOP_GRACE_S:
+            self.cancel()
+        if self.dirty and now - self.last_frame >= FRAME_S:
+            self.draw(now)
+
+    def draw(self, now: float) -> None:
+        self.state.now = now
+        self.view.update(dict(self.state.snapshot(log_tail=self.view.log_tail)))
+        self.dirty, self.last_frame = False, now
+
+    def wait_timeout(self, now: float) -> float:
+        waits = [FRAME_S if self.dirty else 1.0]
+        if self.deadline is not None and self.stop_at is None:
+            waits.append(self.deadline - now)
+        if self.stop_at is not None:
+            waits.append(self.stop_at + STOP_GRACE_S - now)
+        if self.state.job_ended_at is not None:
+            waits.append(self.state.job_ended_at + SETTLE_GRACE_S - now)
+        if self.first_failure_at is not None and self.stop_at is None:
+            waits.append(self.first_failure_at + ECHO_GRACE_S - now)
+        return max(0.0, min(waits))
+
+    def _drain(self, now: float) -> None:
+        try:
+            self.handle(self.inbox.get(timeout=self.wait_timeout(now)))
+            for _ in range(10_000):  # take what else is there before drawing
+                self.handle(self.inbox.get_nowait())
+        except queue.Empty:
+            pass
+
+    def run_until_done(self) -> None:
+        """Move messages until the run is over; Ctrl-C (or the Stop button) stops the ranks, then waits."""
+        while True:
+            now = time.time()
+            if self.finished(now) or (self.stop_at is not None and now - self.stop_at > STOP_LIMIT_S):
+                break
+            try:
+                self._drain(now)
+                self.tick(time.time())
+            except KeyboardInterrupt:
+                self.stop("interrupted")
+        self.wrap_up()
+
+    def wrap_up(self) -> None:
+        """The loop is over: whatever the launcher still runs for this run goes."""
+        if self.state.job_ended_at is None:
+            self.cancel()
+
+
+@contextlib.contextmanager
+def plain_sigint() -> Iterator[None]:
+    """Ctrl-C / the stop button raises KeyboardInterrupt here, not PySpark's cancelAllJobs handler."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)

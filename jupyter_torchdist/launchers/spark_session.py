@@ -1,0 +1,219 @@
+"""The SparkSession runs go to: the notebook's own (a cluster), or an embedded local one we start quietly.
+
+The embedded session is made once per kernel with slots for every run a notebook may hold at once
+(ranks, kept ranks, data workers), so it never has to restart and kill work in progress. Its JVM's
+start-up chatter goes to a log file (``session_log()``), not into the cell, unless the start fails.
+Once up it is the notebook's active session: ``SparkSession.getActiveSession()`` returns it on the
+kernel's main thread, so DataFrames built beside training cells share it.
+"""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+from typing import Any, Final
+
+__all__ = ["get_session", "stop_embedded_session", "warm_up_async", "activate", "activate_embedded",
+           "slots_available", "conf_of", "session_log", "embedded_slots", "SLOTS_ENV", "DAEMON_MODULE"]
+
+DAEMON_MODULE: Final = "jupyter_torchdist._daemon"
+SLOTS_ENV: Final = "JUPYTER_TORCHDIST_SPARK_SLOTS"
+DEFAULT_SLOTS: Final = 256   # task slots of the embedded local master: threads, not processes, until used
+WARM_WORKERS: Final = 4      # Python workers forked by the warm-up (more come from the warm daemon on demand)
+
+_session_lock = threading.RLock()
+_embedded: Any = None
+_log_path: str | None = None
+_warm_thread: threading.Thread | None = None
+_conf_cache: dict[int, tuple[Any, dict[str, str]]] = {}
+
+
+def embedded_slots() -> int:
+    """How many task slots the embedded session gets (``JUPYTER_TORCHDIST_SPARK_SLOTS`` to change it)."""
+    text = os.environ.get(SLOTS_ENV, "").strip()
+    if text.isdigit() and int(text) > 0:
+        return int(text)
+    return DEFAULT_SLOTS
+
+
+def session_log() -> str | None:
+    """The file holding the embedded session's JVM output (start-up, executor and Python worker logs)."""
+    return _log_path
+
+
+# -- settings ---------------------------------------------------------------------------------------
+def _local_slots(master: str) -> int | None:
+    m = re.fullmatch(r"local(?:\[(\*|\d+)(?:,\s*\d+)?\])?", master.strip())
+    if not m:
+        return None
+    if m.group(1) is None:
+        return 1
+    return (os.cpu_count() or 1) if m.group(1) == "*" else int(m.group(1))
+
+
+def conf_of(sc: Any) -> dict[str, str]:
+    """The SparkContext's settings, read once per context: they cannot change while it lives, and
+    ``sc.getConf()`` costs tens of milliseconds of py4j calls, a tenth of a rerun."""
+    cached = _conf_cache.get(id(sc))
+    if cached is None or cached[0] is not sc:
+        cached = (sc, _read_conf(sc))
+        _conf_cache.clear()
+        _conf_cache[id(sc)] = cached
+    return cached[1]
+
+
+def _read_conf(sc: Any) -> dict[str, str]:
+    try:  # one py4j call ("key=value" lines) instead of two per setting
+        text = sc._conf.toDebugString()
+        return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+    except Exception:
+        return dict(sc.getConf().getAll())
+
+
+def slots_available(spark: Any) -> int:
+    """How many barrier tasks the session can run at once (what Spark's own slot check uses)."""
+    sc = spark.sparkContext
+    try:
+        jsc = sc._jsc.sc()
+        return int(jsc.maxNumConcurrentTasks(jsc.resourceProfileManager().defaultResourceProfile()))
+    except Exception:
+        return _local_slots(sc.master) or int(sc.defaultParallelism)
+
+
+# -- the embedded session ----------------------------------------------------------------------------
+def _embedded_conf(slots: int) -> dict[str, str]:
+    python = os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    return {
+        "spark.master": f"local[{slots}]", "spark.app.name": "jupyter-torchdist",
+        "spark.default.parallelism": str(max(2, os.cpu_count() or 1)),  # user jobs split by cores, not slots
+        "spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false",
+        "spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1",
+        "spark.python.daemon.module": DAEMON_MODULE, "spark.python.worker.reuse": "true",
+        "spark.python.task.killTimeout": "1s", "spark.pyspark.python": python, "spark.log.level": "ERROR",
+    }
+
+
+def _quiet_gateway(conf: dict[str, str]) -> None:
+    """Start the JVM with its output in a log file (only when no JVM runs yet in this process)."""
+    global _log_path
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    if SparkContext._gateway is not None:
+        return
+    fd, path = tempfile.mkstemp(prefix="jupyter-torchdist-spark-", suffix=".log")
+    with os.fdopen(fd, "wb") as log:
+        spark_conf = SparkConf().setAll(list(conf.items()))
+        gateway = launch_gateway(spark_conf, popen_kwargs={"stdout": log,  # type: ignore[no-untyped-call]
+                                                           "stderr": subprocess.STDOUT})
+    _log_path = path
+    SparkContext._ensure_initialized(gateway=gateway)
+
+
+def _log_tail(lines: int = 40) -> str:
+    if _log_path is None:
+        return ""
+    try:
+        with open(_log_path, errors="replace") as f:
+            return "".join(f.readlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def _start_embedded() -> Any:
+    from pyspark.sql import SparkSession
+
+    conf = _embedded_conf(embedded_slots())
+    try:
+        _quiet_gateway(conf)
+        builder = SparkSession.builder
+        for key, value in conf.items():
+            builder = builder.config(key, value)
+        session = builder.getOrCreate()
+    except Exception as exc:
+        tail = _log_tail()
+        raise RuntimeError(f"{exc}" + (f"\n--- the JVM said ({_log_path}) ---\n{tail}" if tail else "")) from None
+    session.sparkContext.setLogLevel("ERROR")
+    return session
+
+
+def get_session() -> tuple[Any, bool]:
+    """(session, embedded): the notebook's active session, or our embedded local one."""
+    global _embedded
+    from pyspark.sql import SparkSession
+
+    with _session_lock:
+        active = SparkSession.getActiveSession()
+        if active is not None and active is not _embedded:
+            return active, False
+        if _embedded is None:
+            _embedded = _start_embedded()
+        activate(_embedded)
+        return _embedded, True
+
+
+def activate(session: Any) -> None:
+    """Make ``session`` the active one for the calling thread (it is per thread, in the JVM and here)."""
+    from pyspark.sql import SparkSession
+
+    if SparkSession.getActiveSession() is not session:
+        session._jvm.SparkSession.setActiveSession(session._jsparkSession)
+        SparkSession._activeSession = session
+
+
+def activate_embedded() -> None:
+    """Make the embedded session active on this thread if it is up and no other session is active."""
+    session = _embedded
+    if session is None or "pyspark" not in sys.modules:
+        return
+    from pyspark.sql import SparkSession
+
+    try:
+        if SparkSession.getActiveSession() is None:
+            activate(session)
+    except Exception:
+        pass  # a session being stopped right now: the next cell tries again
+
+
+def stop_embedded_session() -> None:
+    global _embedded
+    with _session_lock:
+        if _embedded is not None:
+            _embedded.stop()
+            _embedded = None
+
+
+def _warm_task(_: Any) -> Any:
+    import jupyter_torchdist.rank.agent  # noqa: F401  (workers fork from the daemon with torch imported)
+
+    yield os.getpid()
+
+
+def warm_up_async() -> threading.Thread:
+    """Start the session and a few Python workers in the background, so the first run is fast."""
+    global _warm_thread
+
+    def warm() -> None:
+        try:
+            spark, _ = get_session()
+            n = min(WARM_WORKERS, slots_available(spark))
+            spark.sparkContext.parallelize(range(n), n).mapPartitions(_warm_task).collect()
+        except Exception:
+            pass  # the run itself will say what is wrong
+
+    with _session_lock:
+        if _warm_thread is None or not _warm_thread.is_alive():
+            _warm_thread = threading.Thread(target=warm, name="jtd-warmup", daemon=True)
+            _warm_thread.start()
+        return _warm_thread
+
+
+def wait_for_warm_up() -> None:
+    """A run waits for a warm-up in flight instead of starting a second session beside it."""
+    thread = _warm_thread
+    if thread is not None and thread is not threading.current_thread():
+        thread.join()

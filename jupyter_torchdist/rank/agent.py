@@ -1,0 +1,90 @@
+"""The watcher beside each rank: forks it, kills it on the kernel's word, reports how it ended.
+
+Runs inside a Spark task (or any launcher's worker). The exit is reported over the channel
+even when the rank died too hard to say anything itself (os._exit, a segfault, the OOM killer).
+"""
+from __future__ import annotations
+
+import os
+import select
+import signal
+import socket
+import time
+from typing import Any
+
+from .. import contract as C
+from ..channel import protocol as P
+from ..channel.client import Stream, connect
+from ..contract import RunPlan
+from .forking import describe_status, fork_rank
+from .main import rank_main
+
+__all__ = ["run_agent"]
+
+
+def _wait(proc: Any, sock: Stream) -> bool:
+    """Block until the rank exits; kill it if the kernel says stop or goes away. True if stopped."""
+    stopped = False
+    watch: list[Any] = [sock] + ([proc] if proc.fileno() >= 0 else [])
+    while True:
+        if proc.fileno() < 0 and proc.poll() is not None:
+            return stopped
+        ready, _, _ = select.select(watch, [], [], None if proc.fileno() >= 0 else 0.05)
+        if proc in ready:
+            return stopped
+        if sock in ready:
+            try:
+                msg = P.recv_frame(sock, 1 << 16)
+            except (EOFError, OSError, P.ProtocolError):
+                msg = {"t": C.STOP}  # the kernel is gone: nobody will collect this rank's work
+                watch.remove(sock)
+            if isinstance(msg, dict) and msg.get("t") == C.STOP:
+                stopped = True
+                proc.kill_group()
+            elif isinstance(msg, dict) and msg.get("t") == C.INTERRUPT and proc.poll() is None:
+                os.kill(proc.pid, signal.SIGINT)  # kept ranks: KeyboardInterrupt in the cell's own code
+
+
+def preload() -> None:
+    """Import what every rank needs here, before forking: a reused worker then forks warm.
+
+    ``torch._dynamo`` is what ``DistributedDataParallel`` imports lazily (about 800 modules, 2 s).
+    """
+    import torch
+    import torch.distributed
+    import torch.nn.parallel  # noqa: F401
+
+    from . import output, tqdm_bridge  # noqa: F401  (the rank runtime's own lazy imports)
+
+    for optional in ("torch._dynamo", "tqdm.std", "tqdm.auto"):
+        try:
+            __import__(optional)
+        except Exception:
+            pass
+
+
+def run_agent(plan: RunPlan, rank: int, gpu_address: str | None = None) -> dict[str, Any]:
+    """Run rank ``rank`` in a forked child and report its end. Returns how it ended."""
+    preload()
+    proc = fork_rank(lambda: rank_main(plan, rank, gpu_address))
+    try:
+        sock = connect(plan.address, plan.secret, rank, P.ROLE_AGENT, tls=plan.tls)
+    except BaseException:
+        proc.kill_group()
+        proc.wait()
+        proc.close()
+        raise
+    try:
+        P.send_frame(sock, {"t": C.AGENT_HELLO, "host": socket.gethostname(), "pid": os.getpid(), "child": proc.pid})
+        stopped = _wait(proc, sock)
+        proc.kill_group()  # whatever the rank left running (its process group) goes with it
+        code, sig = describe_status(proc.wait())
+        end = {"t": C.EXIT, "code": code, "signal": sig, "stopped": stopped, "at": time.time()}
+        try:
+            P.send_frame(sock, end)
+        except OSError:
+            pass
+        return end
+    finally:
+        proc.close()
+        sock.close()

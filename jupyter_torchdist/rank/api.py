@@ -1,0 +1,115 @@
+"""The rank-side API: what training code calls. Works under %%distribute, torchrun and plain Python.
+
+Everything reads the standard torch.distributed environment (RANK, WORLD_SIZE, LOCAL_RANK...), so
+a script written for torchrun or Horovod-style code behaves the same under every launcher.
+``report`` is a no-op outside a run, so cells can be tried locally first.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from typing import Any, Callable, Iterator
+
+from .. import contract as C
+
+__all__ = ["report", "rank", "local_rank", "world_size", "local_world_size", "is_main", "device",
+           "barrier", "main_first", "on_main"]
+
+DEVICE_ENV = "JUPYTER_TORCHDIST_DEVICE"
+
+
+class _Sink:
+    """Set by the rank runtime for the duration of a run; None otherwise."""
+    post: Callable[[dict[str, Any]], None] | None = None
+
+
+_sink = _Sink()
+
+
+def report(step: int | None = None, total: int | None = None, **metrics: Any) -> None:
+    """Send this rank's progress (and any metrics, e.g. ``loss=loss``) to the notebook's view.
+
+    Costs a few microseconds and never blocks or raises: if the kernel is slow, old progress is
+    dropped. Tensors are converted to numbers off the training thread.
+    """
+    post = _sink.post
+    if post is None:
+        return
+    try:
+        for key, value in metrics.items():
+            detach = getattr(value, "detach", None)
+            if detach is not None:  # a loss tensor would keep its whole autograd graph alive until sent
+                metrics[key] = detach()
+        post({"t": C.PROGRESS, "step": step, "total": total, "metrics": metrics, "at": time.time()})
+    except Exception:
+        pass
+
+
+def _env_int(name: str, default: int) -> int:
+    try:
+        return int(os.environ.get(name, default))
+    except ValueError:
+        return default
+
+
+def rank() -> int:
+    """This process's global rank (0 when not distributed)."""
+    return _env_int("RANK", 0)
+
+
+def local_rank() -> int:
+    """This process's rank among the ranks on its host."""
+    return _env_int("LOCAL_RANK", 0)
+
+
+def world_size() -> int:
+    return _env_int("WORLD_SIZE", 1)
+
+
+def local_world_size() -> int:
+    return _env_int("LOCAL_WORLD_SIZE", 1)
+
+
+def is_main() -> bool:
+    """True on rank 0: the rank whose value comes back, and the one to checkpoint or download."""
+    return rank() == 0
+
+
+def device() -> Any:
+    """This rank's torch device: its own GPU under --gpu (or torchrun on a GPU host), else the CPU."""
+    import torch
+
+    name = os.environ.get(DEVICE_ENV)
+    if name:
+        return torch.device(name)
+    if torch.cuda.is_available() and "LOCAL_RANK" in os.environ:
+        return torch.device("cuda", local_rank() % torch.cuda.device_count())
+    return torch.device("cpu")
+
+
+def barrier() -> None:
+    """Wait for every rank (no-op when not distributed)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+
+
+@contextlib.contextmanager
+def main_first() -> Iterator[None]:
+    """Rank 0 runs the block first (a download, a cache build), then the others run it."""
+    if not is_main():
+        barrier()
+    try:
+        yield
+    finally:
+        if is_main():
+            barrier()
+
+
+def on_main(fn: Any, *args: Any, **kwargs: Any) -> Any:
+    """Call ``fn`` on rank 0 only (a checkpoint save) while the others wait; rank 0 gets its value."""
+    value = fn(*args, **kwargs) if is_main() else None
+    barrier()
+    return value

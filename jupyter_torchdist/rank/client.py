@@ -1,0 +1,161 @@
+"""A rank's end of the live channel.
+
+Training code only ever appends to in-memory queues; one sender thread moves batches to the
+socket. Progress is droppable, oldest first, when the kernel is slow; logs are kept up to a byte
+budget (what passes it is counted and the kernel told); a cell's outcome is sent behind its logs.
+Nothing here raises into training code.
+"""
+from __future__ import annotations
+
+import collections
+import threading
+import time
+from typing import Any
+
+from .. import contract as C
+from ..channel import protocol as P
+from ..channel.client import Stream
+
+__all__ = ["RankClient"]
+
+PROGRESS_QUEUE = 256
+PROGRESS_PER_BATCH = 16   # progress points kept per batch: the view draws ~10 frames/s, the curve needs no more
+BATCH_INTERVAL_S = 0.05   # at most ~20 batches a second: the sender stays off the training thread's cores
+LOG_BUDGET_BYTES = 8 << 20  # unsent log text a rank may queue; past it lines are counted, not kept
+
+
+def _plain(value: Any) -> Any:
+    """A metric as a plain number or short string; tensors are read here, off the training thread."""
+    if isinstance(value, (bool, int, float, str)) or value is None:
+        return value if not isinstance(value, str) else value[:80]
+    item = getattr(value, "item", None)
+    if callable(item):
+        try:
+            return item()
+        except Exception:
+            pass
+    return str(value)[:80]
+
+
+def _thin(queued: list[dict[str, Any]], keep: int) -> list[dict[str, Any]]:
+    """At most ``keep`` progress points, evenly spread and always the latest."""
+    if len(queued) <= keep:
+        return queued
+    chosen = {round(j * (len(queued) - 1) / (keep - 1)) for j in range(keep)}
+    return [m for i, m in enumerate(queued) if i in chosen]
+
+
+class RankClient:
+    """Non-blocking reporting from training code to the kernel, over one sender thread.
+
+    ``send_final`` puts a cell's last messages behind everything already queued and waits until
+    the sender has written them: the kernel then has the cell's whole log before its outcome.
+    """
+
+    def __init__(self, sock: Stream) -> None:
+        self.sock = sock
+        self.dropped_progress = 0
+        self.dropped_log_lines = 0
+        self.dropped_log_bytes = 0
+        self._told_dropped = (0, 0)
+        self._progress: collections.deque[dict[str, Any]] = collections.deque(maxlen=PROGRESS_QUEUE)
+        self._logs: collections.deque[dict[str, Any]] = collections.deque()
+        self._finals: list[dict[str, Any]] = []   # a cell's outcome: always last in its batch
+        self._log_bytes = 0
+        self._cond = threading.Condition()
+        self._queued = 0   # messages ever put in _logs (a position, for send_final's wait)
+        self._sent = 0     # ... of which the sender has written (or given up on) this many
+        self._urgent = False
+        self._closing = False
+        self._broken = False
+        self._thread = threading.Thread(target=self._run, name="jtd-sender", daemon=True)
+        self._thread.start()
+
+    def post_progress(self, msg: dict[str, Any]) -> None:
+        """Queue a progress point; if the queue is full the oldest one is dropped."""
+        with self._cond:
+            if len(self._progress) == PROGRESS_QUEUE:
+                self.dropped_progress += 1
+            self._progress.append(msg)
+            self._cond.notify()
+
+    def post(self, msg: dict[str, Any]) -> None:
+        """Queue a message that must arrive (a state change), in order with the logs."""
+        with self._cond:
+            self._logs.append(msg)
+            self._queued += 1
+            self._cond.notify()
+
+    def post_log(self, stream: str, text: str, at: float) -> None:
+        """Queue a log line; past the byte budget lines are counted (and the kernel told), not kept."""
+        with self._cond:
+            if self._log_bytes + len(text) > LOG_BUDGET_BYTES:
+                self.dropped_log_lines += 1
+                self.dropped_log_bytes += len(text)
+                self._cond.notify()
+                return
+            self._log_bytes += len(text)
+            self._logs.append({"t": C.LOG, "stream": stream, "text": text, "at": at})
+            self._queued += 1
+            self._cond.notify()
+
+    def _dropped_notice(self) -> list[dict[str, Any]]:
+        """One DROPPED message when the counts changed since the last one (under the lock)."""
+        now = (self.dropped_log_lines, self.dropped_progress)
+        if now == self._told_dropped:
+            return []
+        self._told_dropped = now
+        return [{"t": C.DROPPED, "log_lines": self.dropped_log_lines, "log_bytes": self.dropped_log_bytes,
+                 "progress": self.dropped_progress}]
+
+    def _take(self, not_before: float) -> tuple[list[dict[str, Any]], int] | None:
+        with self._cond:
+            while not self._closing:
+                left = not_before - time.monotonic()
+                if (self._progress or self._logs or self._finals) and (left <= 0 or self._urgent):
+                    break
+                self._cond.wait(left if left > 0 else None)  # a rate limit, cut short by send_final
+            if not (self._progress or self._logs or self._finals):
+                return None
+            batch = (list(self._logs) + self._dropped_notice() + _thin(list(self._progress), PROGRESS_PER_BATCH)
+                     + self._finals)
+            self._logs.clear()
+            self._progress.clear()
+            self._finals = []
+            self._log_bytes = 0
+            self._urgent = False
+            return batch, self._queued
+
+    def _run(self) -> None:
+        not_before = 0.0
+        while (taken := self._take(not_before)) is not None:
+            batch, upto = taken
+            not_before = time.monotonic() + BATCH_INTERVAL_S
+            if not self._broken:
+                try:
+                    for msg in batch:
+                        if msg.get("t") == C.PROGRESS and msg.get("metrics"):
+                            msg["metrics"] = {str(k): _plain(v) for k, v in msg["metrics"].items()}
+                    P.send_frame(self.sock, batch)
+                except Exception:
+                    self._broken = True  # the kernel went away; training goes on, reports are dropped
+            with self._cond:
+                self._sent = upto
+                self._cond.notify_all()
+
+    def send_final(self, final: list[dict[str, Any]], timeout: float | None = None) -> bool:
+        """Send ``final`` after everything queued before it; True once written, False if the kernel is gone."""
+        with self._cond:
+            self._finals.extend(final)
+            self._queued += len(final)
+            target, self._urgent = self._queued, True
+            self._cond.notify_all()
+            self._cond.wait_for(lambda: self._sent >= target or not self._thread.is_alive(), timeout)
+            return self._sent >= target and not self._broken
+
+    def close(self) -> None:
+        """Send what is queued, then stop the sender thread."""
+        with self._cond:
+            self._closing = True
+            self._cond.notify_all()
+        self._thread.join()

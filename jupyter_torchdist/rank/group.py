@@ -1,0 +1,113 @@
+"""A rank joins the run: rendezvous through the kernel's channel, then the default process group.
+
+Rank 0 opens the TCPStore on a socket it already bound and tells the kernel the port; the kernel
+tells every rank where the store is and its place on its host. No Spark ``allGather`` (it cost
+about a second a run), and the group is up before the user's code starts.
+"""
+from __future__ import annotations
+
+import datetime
+import os
+import socket
+from typing import Any
+
+from .. import contract as C
+from ..channel import protocol as P
+from ..contract import RunPlan
+from . import api as rank_api
+
+__all__ = ["rendezvous", "set_env", "init_group"]
+
+
+def _open_store(plan: RunPlan, bind_ip: str) -> tuple[int, Any]:
+    """Rank 0: a TCPStore server on a port bound here first (so the port is known before anyone connects)."""
+    import torch.distributed as dist
+
+    listener = socket.socket(socket.AF_INET6 if ":" in bind_ip else socket.AF_INET)
+    listener.bind((bind_ip, 0))
+    listener.listen(max(128, plan.world_size * 2))
+    port = listener.getsockname()[1]
+    store = dist.TCPStore(bind_ip, port, plan.world_size, True,  # type: ignore[attr-defined]
+                          wait_for_workers=False, timeout=datetime.timedelta(seconds=plan.pg_timeout_s),
+                          master_listen_fd=listener.detach())
+    return port, store
+
+
+def rendezvous(sock: Any, plan: RunPlan, rank: int) -> tuple[dict[str, Any], Any]:
+    """Tell the kernel who we are (rank 0: where its store listens) and learn the rendezvous."""
+    import torch.distributed as dist
+
+    bind_ip = "127.0.0.1" if plan.loopback else sock.getsockname()[0]
+    store = None
+    hello: dict[str, Any] = {"t": C.HELLO, "host": socket.gethostname(), "ip": bind_ip, "pid": os.getpid()}
+    if rank == 0:
+        hello["store_port"], store = _open_store(plan, bind_ip)
+    P.send_frame(sock, hello)
+    rdv = P.recv_frame(sock, 1 << 20)
+    if not isinstance(rdv, dict) or rdv.get("t") != C.RENDEZVOUS:
+        raise RuntimeError(f"rank {rank}: the kernel ended the run before it started ({rdv!r})")
+    if store is None:
+        store = dist.TCPStore(rdv["master_addr"], rdv["master_port"],  # type: ignore[attr-defined]
+                              plan.world_size, False, timeout=datetime.timedelta(seconds=plan.pg_timeout_s))
+    return rdv, store
+
+
+def set_env(plan: RunPlan, rank: int, rdv: dict[str, Any], gpu_address: str | None) -> str:
+    """The environment torchrun would give (frameworks read it); returns this rank's device name."""
+    env = {
+        "RANK": rank, "WORLD_SIZE": plan.world_size, "LOCAL_RANK": rdv["local_rank"],
+        "LOCAL_WORLD_SIZE": rdv["local_world_size"], "GROUP_RANK": rdv.get("group_rank", 0),
+        "GROUP_WORLD_SIZE": rdv.get("num_hosts", 1),
+        "MASTER_ADDR": rdv["master_addr"], "MASTER_PORT": rdv["master_port"],
+    }
+    os.environ.update({k: str(v) for k, v in env.items()})
+    if plan.loopback:
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    device = "cpu"
+    if plan.gpu:
+        os.environ["CUDA_VISIBLE_DEVICES"] = str(gpu_address)
+        device = "cuda:0"
+    os.environ[rank_api.DEVICE_ENV] = device
+    return device
+
+
+def _keep_default_group() -> None:
+    """Tutorial code calls init_process_group and destroy_process_group itself: the group is ours, keep it.
+
+    Destroying it from Python can deadlock (torch drops the last reference while holding the GIL
+    and joins gloo's threads, one of which needs the GIL to free a finished collective's tensors).
+    The default group goes when the process ends.
+    """
+    import torch.distributed as dist
+
+    original_init, original_destroy = dist.init_process_group, dist.destroy_process_group
+
+    def init_once(*args: Any, **kw: Any) -> None:
+        if dist.is_initialized():
+            return None
+        return original_init(*args, **kw)
+
+    def destroy_later(group: Any = None) -> None:
+        if group is not None and group is not dist.GroupMember.WORLD:
+            original_destroy(group)
+
+    dist.init_process_group = init_once
+    dist.destroy_process_group = destroy_later
+
+
+def init_group(plan: RunPlan, rank: int, store: Any, device: str) -> None:
+    """Threads per rank, the device, and the default group (gloo on the CPU, NCCL with --gpu)."""
+    import torch
+    import torch.distributed as dist
+
+    threads = plan.threads or max(1, (os.cpu_count() or 1) // max(1, int(os.environ["LOCAL_WORLD_SIZE"])))
+    torch.set_num_threads(threads)
+    kwargs: dict[str, Any] = {}
+    if plan.gpu:
+        torch.cuda.set_device(0)
+        kwargs["device_id"] = torch.device(device)
+    # With GPUs, CPU tensors (metrics, objects) still have gloo beside NCCL in the one default group.
+    dist.init_process_group("cpu:gloo,cuda:nccl" if plan.gpu else "gloo", store=store, rank=rank,
+                            world_size=plan.world_size, timeout=datetime.timedelta(seconds=plan.pg_timeout_s),
+                            **kwargs)
+    _keep_default_group()

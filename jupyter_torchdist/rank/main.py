@@ -1,0 +1,151 @@
+"""The body of one rank's process: rendezvous through the kernel, run the cell, report, end.
+
+Runs in a process forked for this run only (from a warm Spark Python worker or our local
+zygote), so nothing of one run survives into the next, and ``os._exit`` ends it. Kept ranks
+(``RunPlan.keep``) run their first cell, then wait for the next (``kept.serve_cells``).
+"""
+from __future__ import annotations
+
+import functools
+import signal
+from typing import Any
+
+import cloudpickle
+
+from .. import contract as C
+from .._sources import register_source
+from ..channel import protocol as P
+from ..channel.client import connect
+from ..contract import RunPlan
+from . import api as rank_api
+from .allocator import tune_allocator
+from .client import RankClient
+from .group import init_group, rendezvous, set_env
+from .kept import serve_cells
+from .kept_payload import Namespace, run_job
+from .values import final_message
+
+__all__ = ["rank_main", "run_payload"]
+
+
+def run_payload(payload: bytes, filename: str, source: str) -> tuple[str, Any]:
+    """Call the shipped function: ("ok", value), ("exit", code) for a script's sys.exit, or ("error", exc)."""
+    register_source(filename, source)
+    try:
+        fn, args, kwargs = cloudpickle.loads(payload)
+        return "ok", fn(*args, **kwargs)
+    except SystemExit as exc:  # a script calling sys.exit
+        code = exc.code
+        return ("ok", None) if code in (None, 0) else ("exit", code)
+    except BaseException as exc:
+        return "error", exc
+
+
+class _Reporting:
+    """While a cell runs: this process's output and report() go to the kernel."""
+
+    def __init__(self, client: RankClient) -> None:
+        from .output import FdCapture
+
+        self.capture = FdCapture(client.post_log)
+        rank_api._sink.post = client.post_progress
+
+    def close(self) -> None:
+        self.capture.close()
+        rank_api._sink.post = None
+
+
+def _call_kept(payload: bytes, ns: Namespace, guard: Any) -> tuple[str, Any]:
+    """Run a kept cell's payload in ``ns``; SIGINT raises only while its own code runs."""
+    try:
+        guard.running = True
+        try:
+            value = run_job(payload, ns)
+        finally:
+            guard.running = False
+        return "ok", value
+    except KeyboardInterrupt as exc:
+        return "interrupted", exc
+    except SystemExit as exc:
+        return ("ok", None) if exc.code in (None, 0) else ("exit", exc.code)
+    except BaseException as exc:
+        return "error", exc
+
+
+def _run_kept_cell(cell: dict[str, Any], ns: Namespace, guard: Any, *, client: RankClient,
+                   rank: int) -> dict[str, Any]:
+    register_source(cell["filename"], cell["source"])
+    reporting = _Reporting(client)
+    try:
+        client.post({"t": C.STATE, "state": "running"})
+        outcome = _call_kept(cell["payload"], ns, guard)
+    finally:
+        reporting.close()
+    return final_message(*outcome, filename=cell["filename"], send_value=rank == 0 or cell["all_ranks"],
+                         max_bytes=cell["max_value_bytes"])
+
+
+def _await_release(sock: Any) -> None:
+    """Stay until the kernel says every rank has ended its cell (or is gone).
+
+    A rank that exits early takes its end of every gloo connection with it, and rank 0 the TCPStore:
+    a peer still forming the group, or still reading a collective's last bytes, then fails with
+    "Connection reset by peer". Seen with 64 ranks on one host and a cell that is just ``1``.
+    """
+    try:
+        while True:
+            msg = P.recv_frame(sock, 1 << 16)
+            if isinstance(msg, dict) and msg.get("t") == C.RELEASE:
+                return
+    except Exception:
+        return  # the kernel closed the channel: nobody needs us any more
+
+
+def _one_shot(plan: RunPlan, rank: int, store: Any, device: str, client: RankClient) -> dict[str, Any]:
+    reporting = _Reporting(client)
+    outcome: tuple[str, Any]
+    try:
+        client.post({"t": C.STATE, "state": "starting"})
+        init_group(plan, rank, store, device)
+        client.post({"t": C.STATE, "state": "running"})
+        outcome = run_payload(plan.payload, plan.filename, plan.source)
+    except BaseException as exc:
+        outcome = ("error", exc)
+    finally:
+        reporting.close()
+    return final_message(*outcome, filename=plan.filename, send_value=rank == 0 or plan.all_ranks,
+                         max_bytes=plan.max_value_bytes)
+
+
+def _kept(plan: RunPlan, rank: int, store: Any, device: str, sock: Any, client: RankClient) -> int:
+    try:
+        client.post({"t": C.STATE, "state": "starting"})
+        init_group(plan, rank, store, device)
+    except BaseException as exc:
+        final = final_message("error", exc, filename=plan.filename, send_value=False, max_bytes=0)
+        client.send_final([{**final, "cell": 1}])
+        return 1
+    first = {"cell": 1, "payload": plan.payload, "filename": plan.filename, "source": plan.source,
+             "all_ranks": plan.all_ranks, "max_value_bytes": plan.max_value_bytes}
+    return serve_cells(first, sock, client, rank, functools.partial(_run_kept_cell, client=client, rank=rank))
+
+
+def rank_main(plan: RunPlan, rank: int, gpu_address: str | None = None) -> int:
+    """Run one rank to the end. Returns the process exit code; never raises."""
+    from .tqdm_bridge import install as install_tqdm
+
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # a forked worker may have ignored it
+    tune_allocator()
+    sock = connect(plan.address, plan.secret, rank, P.ROLE_RANK, tls=plan.tls)
+    rdv, store = rendezvous(sock, plan, rank)
+    device = set_env(plan, rank, rdv, gpu_address)
+    client = RankClient(sock)
+    install_tqdm(rank_api.report)
+    if plan.keep:
+        return _kept(plan, rank, store, device, sock, client)
+    final = _one_shot(plan, rank, store, device, client)
+    client.send_final([final])  # our failure reaches the kernel before any peer's echo of it
+    _await_release(sock)
+    # No destroy_process_group: the process ends with os._exit right after this (forking.fork_rank), which
+    # frees the group without the GIL deadlock a Python-side destroy can hit, and 10-20 ms sooner.
+    return 0 if final["t"] == C.RESULT else 1

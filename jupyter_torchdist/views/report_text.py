@@ -1,0 +1,91 @@
+"""The run report as plain text: terminals, ``nbconvert --to script``, and ``repr`` of a report."""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from .schema import RankSnapshot, RunErrorSnapshot, RunSnapshot
+from .style import DASH, KIND_LABELS, clip, duration, exit_text, metrics_text, progress, rate, status_label, tally
+from .style import where as where_text
+from .trim import trim_snapshot
+
+__all__ = ["report_text", "text_of"]
+
+_TB_LINES = 40
+_VALUE_LINES = 20
+
+
+def report_text(snapshot: Mapping[str, Any]) -> str:
+    """A plain-text report: a summary line, the failure, the value and a per-rank table."""
+    return text_of(trim_snapshot(snapshot))
+
+
+def text_of(snap: RunSnapshot) -> str:
+    """The text of an already trimmed snapshot."""
+    lines = _head(snap)
+    if snap["error"]:
+        lines += _error(snap["error"], snap["ranks"])
+    if snap["value_repr"] is not None:
+        lines += _value(snap["value_repr"])
+    if snap["ranks"]:
+        lines += _table(snap["ranks"])
+    return "\n".join(lines)
+
+
+def _head(snap: RunSnapshot) -> list[str]:
+    world = snap["world_size"]
+    head = [snap["title"] or "%%distribute", status_label(snap["status"]).upper()]
+    head += [snap["backend"]] if snap["backend"] else []
+    head += [f"{world} rank{'s' if world != 1 else ''}", duration(snap["elapsed_s"])]
+    lines = [" \u00b7 ".join(head)]
+    lines += [snap["headline"]] if snap["headline"] else []
+    lines += [f"note: {n}" for n in snap["notices"]]
+    lines += [f"ranks: {tally(snap['ranks'])}"] if snap["ranks"] else []
+    return lines
+
+
+def _error(error: RunErrorSnapshot, ranks: list[RankSnapshot]) -> list[str]:
+    kind = KIND_LABELS.get(error["kind"], "failed")
+    lines = ["", f"ERROR: {where_text(error)} {kind}: {error['summary']}"]
+    tb = error["traceback"].rstrip().splitlines()
+    if len(tb) > _TB_LINES:
+        tb = [f"... ({len(tb) - _TB_LINES} lines cut)"] + tb[-_TB_LINES:]
+    lines += ["  " + t for t in tb]
+    lines += [f"  also failed: {where_text(s)}: {s['summary']}" for s in error["secondary"]]
+    root = next((r for r in ranks if r["rank"] == error["rank"]), None)
+    tail = root["log_tail"] if root else []
+    if tail:
+        lines.append(f"  last output of rank {error['rank']}:")
+        lines += [f"  | {text}" for _, text in tail[-10:]]
+    return lines
+
+
+def _value(value_repr: str) -> list[str]:
+    value = value_repr.splitlines() or [""]
+    lines = ["", f"value (rank 0): {value[0]}"] + [f"  {v}" for v in value[1:_VALUE_LINES]]
+    if len(value) > _VALUE_LINES:
+        lines.append(f"  ... ({len(value) - _VALUE_LINES} more lines)")
+    return lines
+
+
+def _row(r: RankSnapshot) -> list[str]:
+    prog, frac = progress(r)
+    if frac is not None:
+        prog = f"{prog} {frac * 100:3.0f}%"
+    note = r["error"] or metrics_text(r) or r["last_line"]
+    return [str(r["rank"]), clip(r["host"], 24) or DASH, r["state"], prog, rate(r["rate"]),
+            duration(r["elapsed_s"]), exit_text(r), clip(" ".join(note.split()), 80)]
+
+
+def _table(ranks: list[RankSnapshot]) -> list[str]:
+    header = ["rank", "host", "state", "progress", "rate", "elapsed", "exit", "metrics / last output"]
+    rows = [_row(r) for r in ranks]
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header) - 1)]
+    right = {0, 4, 5, 6}
+
+    def fmt(row: list[str]) -> str:
+        cells = [c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths))]
+        return "  ".join(cells + [row[-1]]).rstrip()
+
+    rule = ["-" * w for w in widths] + ["-" * len(header[-1])]
+    return ["", fmt(header), fmt(rule)] + [fmt(row) for row in rows]

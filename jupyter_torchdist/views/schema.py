@@ -1,0 +1,68 @@
+"""The run snapshot: the one picture of a run that every view draws (live widget, text, saved report).
+
+``kernel.state.RunState.snapshot()`` makes it; ``labextension/src/types.ts`` mirrors it for the
+front end (a test checks the two name the same fields). Views treat every field as untrusted and
+possibly missing: a report saved by another version, or edited by hand, must still render.
+"""
+from __future__ import annotations
+
+from typing import Any, Final, TypedDict
+
+__all__ = ["SCHEMA_VERSION", "LOSS_KEYS", "RankSnapshot", "RunSnapshot", "RunErrorSnapshot",
+           "SecondarySnapshot"]
+
+SCHEMA_VERSION: Final = 1
+LOSS_KEYS: Final = ("loss", "train_loss", "training_loss")  # metrics drawn as the loss curve, first found
+
+
+class RankSnapshot(TypedDict):
+    """One rank's row."""
+    rank: int
+    host: str
+    state: str              # pending, starting, running, done, failed, stopped
+    step: int | None
+    total: int | None
+    rate: float | None      # steps per second, smoothed
+    metrics: dict[str, Any]
+    last_line: str
+    elapsed_s: float | None
+    exit_code: int | None
+    exit_signal: str | None
+    error: str | None
+    log_lines: int          # every line the rank printed
+    log_dropped: int        # lines the rank could not send (past its log budget)
+    log_tail: list[list[str]]        # [stream, text] pairs, the newest last
+    loss_history: list[list[float]]  # [step, loss] pairs
+
+
+class SecondarySnapshot(TypedDict):
+    """A failure of another rank, shown below the root cause."""
+    rank: int | None
+    host: str
+    summary: str
+
+
+class RunErrorSnapshot(TypedDict):
+    """The root cause of a failed run."""
+    rank: int | None
+    host: str
+    kind: str               # exception, exit, lost, launch
+    summary: str
+    traceback: str
+    secondary: list[SecondarySnapshot]
+
+
+class RunSnapshot(TypedDict):
+    """The whole run."""
+    version: int
+    title: str
+    status: str             # starting, running, stopping, succeeded, failed, timeout, interrupted
+    headline: str
+    backend: str
+    options: dict[str, Any]
+    world_size: int
+    elapsed_s: float | None
+    value_repr: str | None
+    error: RunErrorSnapshot | None
+    notices: list[str]      # things the user should know that are not failures ("log lines dropped")
+    ranks: list[RankSnapshot]

@@ -1,0 +1,170 @@
+"""One trimming pipeline: any snapshot in, a bounded, JSON-safe snapshot out (NaN-free, strings cut).
+
+The live view and the saved report differ only in their ``Budget``: the live view is sent up to
+ten times a second (about 110 KB for 64 ranks at most), the report once and kept in the notebook.
+Input is never modified; malformed fields (a report edited by hand) become empty, not errors.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from .schema import SCHEMA_VERSION, RankSnapshot, RunErrorSnapshot, RunSnapshot, SecondarySnapshot
+from .style import clip, clip_tail, finite
+
+__all__ = ["Budget", "REPORT", "LIVE", "trim_snapshot"]
+
+VALUE_CHARS: Final = 10_000
+TRACEBACK_CHARS: Final = 20_000
+SUMMARY_CHARS: Final = 2_000
+SHORT_CHARS: Final = 300
+SECONDARY_MAX: Final = 256
+METRICS_MAX: Final = 32
+NOTICES_MAX: Final = 16
+
+
+@dataclass(frozen=True)
+class Budget:
+    log_lines: int         # log lines per rank
+    log_chars: int         # log characters shared by all ranks (a failed rank gets 4 shares)
+    log_min_chars: int     # a rank's share never drops below this
+    line_chars: int        # longer log lines are cut
+    curve_points: int      # loss-curve points shared by the ranks that have a curve
+    curve_min: int         # ... never fewer than this per rank
+    curve_max: int         # ... nor more
+    last_line_chars: int   # the row's "latest output"
+
+
+REPORT: Final = Budget(log_lines=50, log_chars=200_000, log_min_chars=2_000, line_chars=500,
+                       curve_points=1 << 20, curve_min=200, curve_max=200, last_line_chars=SHORT_CHARS)
+LIVE: Final = Budget(log_lines=40, log_chars=48_000, log_min_chars=600, line_chars=500,
+                     curve_points=1_600, curve_min=24, curve_max=200, last_line_chars=160)
+
+
+def _thin(points: Any, limit: int) -> list[list[float]]:
+    """At most ``limit`` finite [x, y] points, evenly picked, the last one kept (it is the newest)."""
+    if not isinstance(points, Sequence):
+        return []
+    clean = [[p[0], p[1]] for p in points
+             if isinstance(p, Sequence) and len(p) >= 2 and finite(p[0]) is not None and finite(p[1]) is not None]
+    if len(clean) <= limit:
+        return clean
+    stride = len(clean) / limit
+    return [clean[math.floor(i * stride)] for i in range(limit - 1)] + [clean[-1]]
+
+
+def _log_tail(tail: Any, budget: Budget, chars: int) -> list[list[str]]:
+    """The last lines of a rank's log within the budget's lines and ``chars`` characters (at least one)."""
+    if not isinstance(tail, Sequence) or isinstance(tail, str):
+        return []
+    out: list[list[str]] = []
+    used = 0
+    for entry in reversed(tail[-budget.log_lines:]):
+        if isinstance(entry, Sequence) and not isinstance(entry, str) and len(entry) >= 2:
+            stream, text = ("stderr" if entry[0] == "stderr" else "stdout"), entry[1]
+        else:
+            stream, text = "stdout", entry
+        line = clip(text, budget.line_chars)
+        if out and used + len(line) > chars:
+            break
+        out.append([stream, line])
+        used += len(line)
+    out.reverse()
+    return out
+
+
+def _metric(value: Any) -> Any:
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, (int, float)):
+        return value if math.isfinite(value) else str(value)
+    return clip(value, 80)
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _sequence(value: Any) -> Sequence[Any]:
+    return value if isinstance(value, Sequence) and not isinstance(value, str) else []
+
+
+def _int(value: Any) -> int | None:
+    n = finite(value)
+    return None if n is None else int(n)
+
+
+def _trim_rank(r: Mapping[str, Any], budget: Budget, chars: int, points: int) -> RankSnapshot:
+    metrics = _mapping(r.get("metrics"))
+    error, tail = r.get("error"), r.get("log_tail")
+    return {
+        "rank": _int(r.get("rank")) or 0, "host": clip(r.get("host") or "", SHORT_CHARS),
+        "state": clip(r.get("state") or "pending", 40),
+        "step": _int(r.get("step")), "total": _int(r.get("total")), "rate": finite(r.get("rate")),
+        "metrics": {clip(k, 40): _metric(v) for k, v in list(metrics.items())[:METRICS_MAX]},
+        "last_line": clip(r.get("last_line") or "", budget.last_line_chars),
+        "elapsed_s": finite(r.get("elapsed_s")), "exit_code": _int(r.get("exit_code")),
+        "exit_signal": None if r.get("exit_signal") is None else clip(r.get("exit_signal"), 40),
+        "error": None if error is None else clip(error, SUMMARY_CHARS),
+        "log_lines": _int(r.get("log_lines")) or len(tail or ()),
+        "log_dropped": _int(r.get("log_dropped")) or 0,
+        "log_tail": _log_tail(tail, budget, chars),
+        "loss_history": _thin(r.get("loss_history"), points),
+    }
+
+
+def _trim_error(e: Any) -> RunErrorSnapshot | None:
+    if not isinstance(e, Mapping):
+        return None
+    secondary: list[SecondarySnapshot] = [
+        {"rank": _int(s.get("rank")), "host": clip(s.get("host") or "", SHORT_CHARS),
+         "summary": clip(s.get("summary") or "", SHORT_CHARS)}
+        for s in list(_sequence(e.get("secondary")))[:SECONDARY_MAX] if isinstance(s, Mapping)]
+    return {
+        "rank": _int(e.get("rank")), "host": clip(e.get("host") or "", SHORT_CHARS),
+        "kind": clip(e.get("kind") or "", 40), "summary": clip(e.get("summary") or "", SUMMARY_CHARS),
+        "traceback": clip_tail(e.get("traceback") or "", TRACEBACK_CHARS), "secondary": secondary,
+    }
+
+
+def _json_scalar(value: Any) -> Any:
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, (int, float)):
+        return value if math.isfinite(value) else None
+    if isinstance(value, (list, tuple)):
+        return [_json_scalar(v) for v in list(value)[:32]]
+    return clip(value, SHORT_CHARS)
+
+
+def _ranks(snapshot: Mapping[str, Any], budget: Budget) -> list[RankSnapshot]:
+    ranks = [r for r in (snapshot.get("ranks") or []) if isinstance(r, Mapping)]
+    shares = sum(4 if r.get("state") == "failed" else 1 for r in ranks) or 1
+    share = max(budget.log_min_chars, budget.log_chars // shares)
+    curves = sum(1 for r in ranks if r.get("loss_history")) or 1
+    points = min(budget.curve_max, max(budget.curve_min, budget.curve_points // curves))
+    return [_trim_rank(r, budget, share * (4 if r.get("state") == "failed" else 1), points) for r in ranks]
+
+
+def trim_snapshot(snapshot: Mapping[str, Any], budget: Budget = REPORT) -> RunSnapshot:
+    """A bounded copy of ``snapshot``: every unbounded field cut to ``budget``, only JSON-safe values."""
+    options = _mapping(snapshot.get("options"))
+    notices = _sequence(snapshot.get("notices"))
+    value = snapshot.get("value_repr")
+    ranks = _ranks(snapshot, budget)
+    return {
+        "version": _int(snapshot.get("version")) or SCHEMA_VERSION,
+        "title": clip(snapshot.get("title") or "", SHORT_CHARS),
+        "status": clip(snapshot.get("status") or "", 40),
+        "headline": clip(snapshot.get("headline") or "", SUMMARY_CHARS),
+        "backend": clip(snapshot.get("backend") or "", SHORT_CHARS),
+        "options": {clip(k, 40): _json_scalar(v) for k, v in list(options.items())[:METRICS_MAX]},
+        "world_size": _int(snapshot.get("world_size")) or len(ranks),
+        "elapsed_s": finite(snapshot.get("elapsed_s")),
+        "value_repr": None if value is None else clip(value, VALUE_CHARS),
+        "error": _trim_error(snapshot.get("error")),
+        "notices": [clip(n, SHORT_CHARS) for n in list(notices)[:NOTICES_MAX] if isinstance(n, str)],
+        "ranks": ranks,
+    }

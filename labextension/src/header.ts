@@ -1,0 +1,119 @@
+/**
+ * The report's header: status badge, title, meta, the Stop control, headline, notices and chips.
+ */
+import { el, isObject, token } from './dom';
+import { clip, clock, duration, num, str } from './format';
+import { ILiveOptions, IN_FLIGHT, P, STATE_ORDER, STATUS_LABEL, StopState } from './model';
+import { IRankSnapshot, IRunSnapshot } from './types';
+
+function stopControl(status: string, stop: StopState): HTMLElement | null {
+  if (!IN_FLIGHT.includes(status)) {
+    return null;
+  }
+  if (stop === 'hint' || stop === 'unreachable') {
+    const text =
+      stop === 'hint'
+        ? 'To stop, interrupt the kernel'
+        : 'Could not reach the kernel: use Kernel \u25b8 Interrupt';
+    const hint = el('span', `${P}-stopHint`, text);
+    hint.title =
+      stop === 'hint'
+        ? 'This front end lacks the jupyter-torchdist extension: use its Interrupt button (\u25a0) ' +
+          'to stop every rank.'
+        : 'The notebook holding this view was not found.';
+    return hint;
+  }
+  const stopping = stop === 'sent' || status === 'stopping';
+  const button = el('button', `${P}-stop`);
+  button.type = 'button';
+  button.dataset.action = 'stop';
+  button.disabled = stopping;
+  button.title = 'Stop the run: interrupts this notebook\u2019s kernel, which stops every rank';
+  button.appendChild(el('span', `${P}-stopIcon`));
+  button.appendChild(document.createTextNode(stopping ? 'Stopping\u2026' : 'Stop'));
+  return button;
+}
+
+function metaLine(snap: IRunSnapshot, ranks: IRankSnapshot[], live: ILiveOptions | null): HTMLElement {
+  const status = str(snap.status) || 'unknown';
+  const meta = el('span', `${P}-meta`);
+  const parts: string[] = str(snap.backend) ? [str(snap.backend)] : [];
+  const world = num(snap.world_size) ?? ranks.length;
+  parts.push(`${world} rank${world === 1 ? '' : 's'}`);
+  meta.appendChild(document.createTextNode(`${parts.join(' \u00b7 ')} \u00b7 `));
+  const elapsed = num(snap.elapsed_s);
+  const ticking = live !== null && IN_FLIGHT.includes(status) && elapsed !== null;
+  const time = el(
+    'span',
+    `${P}-elapsed`,
+    ticking ? clock((elapsed as number) + live.extra) : duration(elapsed)
+  );
+  time.title = 'elapsed';
+  meta.appendChild(time);
+  return meta;
+}
+
+function topLine(snap: IRunSnapshot, ranks: IRankSnapshot[], live: ILiveOptions | null): HTMLElement {
+  const status = str(snap.status) || 'unknown';
+  const top = el('div', `${P}-headerTop`);
+  top.appendChild(el('span', `${P}-badge ${P}-status-${token(status)}`, STATUS_LABEL[status] ?? status));
+  top.appendChild(el('span', `${P}-title`, str(snap.title) || '%%distribute'));
+  top.appendChild(metaLine(snap, ranks, live));
+  const stop = live ? stopControl(status, live.stop) : null;
+  if (stop) {
+    top.appendChild(stop);
+  }
+  return top;
+}
+
+function stateChips(ranks: IRankSnapshot[], chips: HTMLElement): void {
+  const tally = new Map<string, number>();
+  for (const r of ranks) {
+    const s = str(r.state) || 'pending';
+    tally.set(s, (tally.get(s) ?? 0) + 1);
+  }
+  const order = [...STATE_ORDER, ...[...tally.keys()].filter(k => !STATE_ORDER.includes(k))];
+  for (const s of order) {
+    const n = tally.get(s);
+    if (n) {
+      const chip = el('span', `${P}-chip`);
+      chip.appendChild(el('span', `${P}-dot ${P}-state-${token(s)}`));
+      chip.appendChild(document.createTextNode(`${n} ${s}`));
+      chips.appendChild(chip);
+    }
+  }
+}
+
+function optionChips(options: unknown, chips: HTMLElement): void {
+  for (const [key, value] of Object.entries(isObject(options) ? options : {})) {
+    if (key === 'n' || value === null || value === false || value === undefined) {
+      continue;
+    }
+    const text = Array.isArray(value) ? value.join(' ') : str(value);
+    const shown = value === true ? key : `${key}=${clip(text, 40)}`;
+    chips.appendChild(el('span', `${P}-option`, shown));
+  }
+}
+
+/** Status, title, where and how long, Stop, the headline, notices, and a chip per rank state and option. */
+export function header(
+  snap: IRunSnapshot,
+  ranks: IRankSnapshot[],
+  live: ILiveOptions | null
+): HTMLElement {
+  const head = el('div', `${P}-header`);
+  head.dataset.k = 'header';
+  head.appendChild(topLine(snap, ranks, live));
+  if (str(snap.headline)) {
+    head.appendChild(el('div', `${P}-headline`, str(snap.headline)));
+  }
+  const notices = Array.isArray(snap.notices) ? snap.notices : [];
+  for (const notice of notices) {
+    head.appendChild(el('div', `${P}-notice`, str(notice)));
+  }
+  const chips = el('div', `${P}-chips`);
+  stateChips(ranks, chips);
+  optionChips(snap.options, chips);
+  head.appendChild(chips);
+  return head;
+}

@@ -1,0 +1,61 @@
+/**
+ * What every part of the renderer shares: labels, constants, and the user's view state.
+ */
+
+/** The prefix of every class name the renderer sets (style/base.css). */
+export const P = 'jp-TorchDist';
+
+export const STATUS_LABEL: Record<string, string> = {
+  succeeded: 'Succeeded',
+  failed: 'Failed',
+  timeout: 'Timed out',
+  interrupted: 'Interrupted',
+  running: 'Running',
+  starting: 'Starting',
+  stopping: 'Stopping'
+};
+
+export const KIND_LABEL: Record<string, string> = {
+  exception: 'raised an exception',
+  exit: 'process exited',
+  lost: 'lost by the launcher',
+  launch: 'failed to launch'
+};
+
+export const LOSS_KEYS = ['loss', 'train_loss', 'training_loss'];
+
+/** Rank states in the order the summary counts them. */
+export const STATE_ORDER = ['running', 'starting', 'pending', 'done', 'stopped', 'failed'];
+
+/** Run statuses during which a Stop control makes sense. */
+export const IN_FLIGHT = ['starting', 'running', 'stopping'];
+
+/** Rank states after which a rank's clock no longer runs. */
+export const RANK_FINAL = ['done', 'failed', 'stopped'];
+
+/** Log lines shown before "show all"; the pane scrolls to the rest either way. */
+export const LOG_PREVIEW_LINES = 12;
+
+/** What the user changed in a report, carried across redraws (live updates). */
+export interface IViewState {
+  /** Sections the user opened or closed, by key, where that differs from the default. */
+  details: Record<string, boolean>;
+  /** The rank whose log the user picked; null: the default one. */
+  logRank: number | null;
+  /** Show every log line of the snapshot at full height. */
+  logAll: boolean;
+}
+
+/** What the Stop control shows. */
+export type StopState = 'ready' | 'sent' | 'hint' | 'unreachable';
+
+/** Extras of the live view. */
+export interface ILiveOptions {
+  stop: StopState;
+  /** Seconds since the snapshot arrived: clocks of a running run keep ticking. */
+  extra: number;
+}
+
+export function emptyState(): IViewState {
+  return { details: {}, logRank: null, logAll: false };
+}
