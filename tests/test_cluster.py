@@ -164,6 +164,27 @@ def test_torch_distributor_runs_on_the_cluster(driver):
     assert script_value is None
 
 
+def test_kept_ranks_on_the_cluster_keep_their_state_and_stop_cleanly(driver, cluster):
+    kernel, _ = driver
+    _ok(kernel, "%%distribute --keep -n 2\nimport os, torch, torch.distributed as dist\n"
+                "w = torch.zeros(3); where = executor_jvm()\nos.getpid()")
+    _ok(kernel, "%%distribute --keep --all-ranks -o kept_cells\nw += 1\nt = w.clone()\ndist.all_reduce(t)\n"
+                "(t.tolist(), os.getpid(), where)")
+    cells = _value(kernel, "kept_cells")
+    assert [c[0] for c in cells] == [[2.0, 2.0, 2.0]] * 2, "w kept across cells, the group still up"
+    jvms = [c[2] for c in cells]
+    assert None not in jvms and len({ex for _, ex in jvms}) == 2, jvms
+    assert all(c[2][0] in cluster.family() for c in cells)
+    pids = [c[1] for c in cells]
+    r = _ok(kernel, "%distribute_stop")
+    assert "stopped the 2 kept ranks" in kernel.text(r)
+    deadline = time.monotonic() + 15
+    while alive(set(pids)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not alive(set(pids)), "every kept rank process ended"
+    _ok(kernel, "%%distribute -n 2\n1")  # the slots are free again
+
+
 def test_gpu_on_a_cluster_without_gpu_scheduling_is_refused(driver):
     kernel, _ = driver
     r = kernel.execute("from jupyter_torchdist import TorchDistributor\n"
