@@ -193,6 +193,29 @@ def test_gpu_on_a_cluster_without_gpu_scheduling_is_refused(driver):
     assert "spark.task.resource.gpu.amount" in r["error"]["evalue"] and "use_gpu=False" in r["error"]["evalue"]
 
 
+def test_horovod_spark_run_returns_every_rank_from_different_executor_jvms(driver, cluster):
+    kernel, _ = driver
+    _ok(kernel, textwrap.dedent("""\
+        from jupyter_torchdist.horovod import spark as hvd_spark
+
+        def hvd_where(base):
+            import torch
+            import jupyter_torchdist.horovod as hvd
+            hvd.init()
+            total = hvd.allreduce(torch.tensor([float(hvd.rank())]), op=hvd.Sum).item()
+            return {"rank": hvd.rank(), "size": hvd.size(), "value": base + total, "jvm": executor_jvm(),
+                    "env": os.environ.get("HVD_CLUSTER_TEST")}
+
+        hvd_values = hvd_spark.run(hvd_where, args=(10.0,), num_proc=2, env={"HVD_CLUSTER_TEST": "on-executor"})
+    """))
+    values = _value(kernel, "hvd_values")
+    assert [v["rank"] for v in values] == [0, 1]
+    assert all(v["size"] == 2 and v["value"] == 11.0 and v["env"] == "on-executor" for v in values), values
+    jvms = [v["jvm"] for v in values]
+    assert None not in jvms and len({pid for pid, _ in jvms}) == 2 and len({ex for _, ex in jvms}) == 2, jvms
+    assert all(pid in cluster.family() for pid, _ in jvms), "the ranks ran in the cluster's executors"
+
+
 def test_report_timings(cluster):
     """Not a check: prints what the cluster scenarios measured (pytest -s shows it)."""
     print(f"\ncluster started in {cluster.started_in_s:.1f} s; " +

@@ -1,8 +1,10 @@
 """Horovod's PyTorch API on torch.distributed: change ``import horovod.torch as hvd`` to
-``import jupyter_torchdist.horovod as hvd`` and run the script with ``%%distribute -n N``,
-``python -m jupyter_torchdist -n N script.py`` or ``torchrun --nproc-per-node N script.py``. No Horovod, MPI or
-horovodrun is needed: every call is a torch.distributed collective on the default process group (gloo for CPU
-tensors, NCCL for CUDA tensors).
+``import jupyter_torchdist.horovod as hvd`` and run the script with ``%distribute -n N script.py``,
+``python -m jupyter_torchdist -np N python script.py`` (horovodrun's spelling) or
+``torchrun --nproc-per-node N script.py``, or a function with ``jupyter_torchdist.horovod.spark.run(fn,
+num_proc=N)`` (``horovod.spark.run``: every rank's value, in rank order). No Horovod, MPI or horovodrun is
+needed: every call is a torch.distributed collective on the default process group (gloo for CPU tensors, NCCL
+for CUDA tensors).
 
 Supported, with Horovod's signatures and semantics:
 
@@ -45,6 +47,7 @@ same order, as with DDP).
 """
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 from ._basics import (ProcessSetAll, ccl_built, cross_rank, cross_size, cuda_built, ddl_built, global_process_set,
@@ -75,7 +78,10 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    """Any other Horovod name: a HorovodUnsupportedError saying what to use (it is also an AttributeError)."""
+    """``spark``: ``horovod.spark``'s ``run``, imported on first use (it needs pyspark only when it runs). Any other
+    Horovod name: a HorovodUnsupportedError saying what to use (it is also an AttributeError)."""
+    if name == "spark":
+        return importlib.import_module(f"{__name__}.spark")
     if name.startswith("_"):
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     raise unsupported(name, __all__)
