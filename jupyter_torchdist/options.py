@@ -10,7 +10,8 @@ from dataclasses import dataclass
 
 from .errors import OptionsError
 
-__all__ = ["RunOptions", "OptionsError", "parse_options", "parse_argv", "options_help", "MAGIC_PROG", "CLI_PROG"]
+__all__ = ["RunOptions", "OptionsError", "parse_options", "parse_argv", "options_help", "option_arity", "MAGIC_PROG",
+           "CLI_PROG"]
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 DEFAULT_MAX_PAYLOAD_MB = 512.0
@@ -163,6 +164,14 @@ _PARSERS = {prog: _build_parser(prog) for prog in (MAGIC_PROG, CLI_PROG)}
 def options_help(prog: str = MAGIC_PROG) -> str:
     """The one help text, under the magic's or the command line's name."""
     return _PARSERS[prog].format_help()
+
+
+def option_arity(flag: str, prog: str = MAGIC_PROG) -> int | None:
+    """How many values option ``flag`` takes (0 for a switch), or None when it is not one of ours."""
+    for action in _PARSERS[prog]._actions:
+        if flag in action.option_strings:
+            return 0 if action.nargs == 0 else 1
+    return None
 
 
 def parse_argv(argv: list[str], prog: str = MAGIC_PROG) -> RunOptions:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -164,3 +165,61 @@ def test_spark_backend_by_default(script):
     out = _cli("-n", "2", str(script), timeout=240)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "on spark local[" in out.stdout and "[rank 1] hello from 1 of 2 sum=2.0" in out.stdout
+
+
+# ------------------------------------------------------------------------------- horovodrun's spelling
+
+@pytest.mark.parametrize("argv, ours", [
+    (["-np", "4", "-H", "localhost:4", "python", "train.py", "--lr", "0.1"], ["-n", "4", "train.py", "--lr", "0.1"]),
+    (["-np", "4", "train.py"], ["-n", "4", "train.py"]),
+    (["-np=2", "python3", "train.py"], ["-n", "2", "train.py"]),
+    (["--num-proc", "2", sys.executable, "train.py"], ["-n", "2", "train.py"]),
+    (["--local", "-np", "2", "--gloo", "python3.11", "t.py", "-np", "x", "python"],
+     ["--local", "-n", "2", "t.py", "-np", "x", "python"]),  # after the script, everything is the script's
+    (["-H", "localhost:3", "--timeout", "9", "t.py"], ["--timeout", "9", "-n", "3", "t.py"]),
+    (["-np", "2", "-H", "127.0.0.1", "t.py"], ["-n", "2", "t.py"]),
+    (["-n", "2", "--quiet", "t.py", "a"], ["-n", "2", "--quiet", "t.py", "a"]),  # ours, unchanged
+])
+def test_horovodrun_spelling_becomes_ours(argv, ours):
+    from jupyter_torchdist.__main__ import from_horovodrun
+
+    assert from_horovodrun(argv) == ours
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["-np", "4", "-H", "a:2,b:2", "python", "t.py"], "names 2 hosts"),
+    (["-np", "2", "-H", "gpu-node-7:2", "t.py"], "gpu-node-7 is not this machine"),
+    (["-np", "2", "--hostfile", "hosts.txt", "t.py"], "On a real cluster"),
+    (["-np", "2", "--mpi", "t.py"], "MPI is not used"),
+    (["-np", "2", "--fusion-threshold-mb", "32", "t.py"], "Horovod's own runtime"),
+    (["-np", "4", "-H", "localhost:2", "t.py"], "-np 4 needs 4 slots, but -H localhost:2 gives 2"),
+    (["-np", "2", "python", "-m", "train"], "only a script runs here"),
+    (["-np"], "-np needs a number of ranks"),
+])
+def test_horovodrun_spelling_without_meaning_here_is_a_usage_error(argv, message):
+    from jupyter_torchdist.__main__ import from_horovodrun
+    from jupyter_torchdist.errors import OptionsError
+
+    with pytest.raises(OptionsError, match=re.escape(message)):
+        from_horovodrun(argv)
+
+
+def test_several_hosts_exit_2_pointing_at_a_spark_cluster():
+    out = _cli("-np", "4", "-H", "server1:2,server2:2", "python", "train.py")
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "Spark cluster" in out.stderr and 'README: "On a real cluster"' in out.stderr
+
+
+@pytest.mark.spark
+def test_horovod_script_under_horovodrun_spelling(tmp_path):
+    """examples/horovod_train.py as horovodrun would be told to run it; the default (embedded Spark) backend."""
+    import torch
+
+    checkpoint = tmp_path / "checkpoint.pt"
+    out = _cli("-np", "2", "-H", "localhost:2", "python", os.path.join(ROOT, "examples", "horovod_train.py"),
+               "--epochs", "1", "--no-cuda", "--checkpoint", str(checkpoint), timeout=240, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "on spark local[" in out.stdout and "[rank 0] epoch 1: test loss" in out.stdout
+    assert "(size 2, local size 2)" in out.stdout
+    saved = torch.load(checkpoint)
+    assert saved["epoch"] == 1 and len(saved["losses"]) == 16 and set(saved["model"]) >= {"conv1.weight", "fc2.bias"}
