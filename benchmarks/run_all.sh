@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every benchmark, one after another, then the chart and the README tables:
-#     bash benchmarks/run_all.sh            (about 20-25 minutes on a quiet 2-core machine)
+#     bash benchmarks/run_all.sh            (about 22-27 minutes on a quiet 2-core machine)
 # Each script waits (up to BENCH_WAIT_S seconds, default 1200) for the 1-minute load average to drop
 # below BENCH_MAX_LOAD (default 1.0) before it starts: other work on a 2-core machine distorts timings.
 # Output: benchmarks/results/<script>.txt (what it printed), .json (the numbers), .err (library noise).
@@ -18,7 +18,7 @@ $PY -m pip install -q -e ".[bench]" "torch==2.13.0" \
   || echo "the benchmark tools (.[bench]) could not be installed: the scripts that need one say so" >&2
 
 status=0
-for script in bench_latency bench_magic bench_scaling bench_throughput bench_report bench_gpu \
+for script in bench_latency bench_magic bench_scaling bench_throughput bench_horovod bench_report bench_gpu \
               profile_phases; do
   echo "=== $script ($(date +%H:%M:%S), $(cut -d' ' -f1-3 /proc/loadavg))"
   if ! $PY "benchmarks/$script.py" 2>"benchmarks/results/$script.err" | tee "benchmarks/results/$script.txt"; then
