@@ -3,13 +3,16 @@
 ``%load_ext jupyter_torchdist`` then ``%%distribute -n 4`` on top of an ordinary training loop.
 
 The public API: the Python launcher (``run``, ``run_detailed``, ``last_run``, ``RunResult``,
-``TorchDistributor``), the rank-side helpers (``report``, ``rank``, ``world_size`` ...), and the errors.
+``TorchDistributor``, ``Ranks``), the rank-side helpers (``report``, ``rank``, ``world_size``, ``batches`` ...),
+and the errors.
 Everything else is internal and may move.
 """
 from __future__ import annotations
 
 from typing import Any
 
+from .data import DataError
+from .data.batches import batches
 from .errors import (CaptureError, DistributeError, LaunchError, OptionsError, RunError, RunFailed, RunInterrupted,
                      RunTimeout)
 from .kernel.api import run, run_detailed
@@ -26,7 +29,7 @@ __version__ = "0.1.0"
 __all__ = [
     "run", "run_detailed", "last_run", "RunResult", "TorchDistributor", "Ranks", "KeptInfo", "kept",
     "report", "rank", "local_rank", "world_size", "local_world_size", "is_main", "device", "barrier",
-    "main_first", "on_main",
+    "main_first", "on_main", "batches", "DataError",
     "DistributeError", "OptionsError", "LaunchError", "CaptureError", "RunError", "RunFailed", "RunTimeout",
     "RunInterrupted", "load_ipython_extension", "unload_ipython_extension",
 ]

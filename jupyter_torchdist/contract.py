@@ -20,9 +20,9 @@ from typing import Any, Final, Literal, TypedDict
 
 __all__ = [
     "RANK", "AGENT", "BACKEND", "Role",
-    "HELLO", "STATE", "PROGRESS", "LOG", "RESULT", "FAILED", "DROPPED",
-    "AGENT_HELLO", "EXIT", "CONNECTED", "DISCONNECTED", "LOST", "STOPPED", "JOB_END",
-    "RENDEZVOUS", "RELEASE", "CELL", "STOP", "INTERRUPT",
+    "HELLO", "STATE", "PROGRESS", "LOG", "RESULT", "FAILED", "DROPPED", "USAGE", "DATA_OPEN", "DATA_DONE",
+    "AGENT_HELLO", "EXIT", "CONNECTED", "DISCONNECTED", "LOST", "STOPPED", "JOB_END", "DATA_STATUS",
+    "RENDEZVOUS", "RELEASE", "CELL", "STOP", "INTERRUPT", "DATA_PLAN", "DATA_ERROR",
     "RANK_SENDS", "AGENT_SENDS", "CHANNEL_SAYS", "BACKEND_SAYS", "INBOUND",
     "TLSPin", "RunPlan", "LaunchInfo", "Inbound",
 ]
@@ -41,6 +41,9 @@ LOG: Final = "log"              # one line of the rank's stdout or stderr
 RESULT: Final = "result"        # the cell ended with a value
 FAILED: Final = "failed"        # the cell raised (or a script exited non-zero)
 DROPPED: Final = "dropped"      # log lines and progress points the rank could not send (budgets)
+USAGE: Final = "usage"          # about once a second: the rank process's CPU, memory, GPU, and time waiting for data
+DATA_OPEN: Final = "data_open"  # batches(): this rank wants an epoch of a DataFrame, fed to its data listener
+DATA_DONE: Final = "data_done"  # batches(): this rank has stopped reading that epoch (all of it, or it broke off)
 
 # -- agent -> kernel -----------------------------------------------------------------------------------
 AGENT_HELLO: Final = "agent"    # the agent's host and pid, and its rank's pid
@@ -54,6 +57,7 @@ DISCONNECTED: Final = "disconnected"
 LOST: Final = "lost"            # the agent or executor vanished before saying how the rank ended
 STOPPED: Final = "stopped"      # the rank was stopped by the kernel and is gone
 JOB_END: Final = "job_end"      # the launcher's job ended (rank -1)
+DATA_STATUS: Final = "data_status"  # the data service's workers: how many run, rows made (rank -1)
 
 # -- kernel -> rank / agent ----------------------------------------------------------------------------
 RENDEZVOUS: Final = "rendezvous"  # where the store is, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK
@@ -61,11 +65,13 @@ RELEASE: Final = "release"        # rank: every rank has ended its cell; you may
 CELL: Final = "cell"              # kept rank: run this payload next, in your namespace
 STOP: Final = "stop"              # agent: kill your rank now
 INTERRUPT: Final = "interrupt"    # agent: deliver SIGINT to your rank (kept ranks survive it)
+DATA_PLAN: Final = "data_plan"    # rank: your epoch is planned (steps); data workers are on their way
+DATA_ERROR: Final = "data_error"  # rank: the data for that epoch cannot come (the transform raised, ...)
 
-RANK_SENDS: Final = frozenset({HELLO, STATE, PROGRESS, LOG, RESULT, FAILED, DROPPED})
+RANK_SENDS: Final = frozenset({HELLO, STATE, PROGRESS, LOG, RESULT, FAILED, DROPPED, USAGE, DATA_OPEN, DATA_DONE})
 AGENT_SENDS: Final = frozenset({AGENT_HELLO, EXIT})
 CHANNEL_SAYS: Final = frozenset({CONNECTED, DISCONNECTED})
-BACKEND_SAYS: Final = frozenset({LOST, STOPPED, JOB_END})
+BACKEND_SAYS: Final = frozenset({LOST, STOPPED, JOB_END, DATA_STATUS})
 
 # Every (role, type) the kernel can receive. Channel notices come for both connection roles.
 INBOUND: Final = frozenset(
@@ -130,6 +136,42 @@ class DroppedMsg(TypedDict):
     progress: int
 
 
+class UsageMsg(TypedDict, total=False):
+    t: str
+    at: float
+    cpu_s: float              # CPU seconds the rank process has used (all its threads)
+    rss: int                  # resident memory, bytes
+    gpu_util: float | None    # percent, under --gpu when NVML can tell
+    gpu_mem: int | None       # bytes the rank holds on its GPU
+    wait_s: float             # time spent waiting in batches() this cell
+    data_s: float             # time since this cell's first batches() step was asked for
+    rows: int                 # rows batches() has handed to the training loop this cell
+
+
+class DataOpenMsg(TypedDict):
+    t: str
+    seq: int                  # the rank's n-th batches() epoch in this cell (every rank counts alike)
+    feed: int                 # the rank's feed token: data workers address fragments to it
+    handle: str               # the DataFrame's handle (data.handles)
+    args: dict[str, Any]      # batch_size, columns, shuffle, seed, epoch, drop_last, prefetch
+    transform: bytes | None   # cloudpickle of the transform
+    transform_name: str
+    address: tuple[str, int]  # the rank's data listener
+    pin: TLSPin | None        # its certificate, with channel TLS
+
+
+class DataDoneMsg(TypedDict):
+    t: str
+    seq: int
+    early: bool               # the loop stopped before the last step (break, an exception)
+
+
+class DataStatusMsg(TypedDict):
+    t: str
+    workers: int              # data workers (lanes) of the epoch
+    active: int               # ... that still have pieces to make
+    running: int              # ... with a task running at this moment
+    rows: int                 # rows the data workers have sent this cell
 
 
 
@@ -184,6 +226,22 @@ class CellMsg(TypedDict):
 class StopMsg(TypedDict):
     t: str
     reason: str
+
+
+class DataPlanMsg(TypedDict):
+    t: str
+    seq: int
+    steps: int                # batches every rank gets this epoch
+    rows: int                 # rows used this epoch (all ranks)
+    left_out: int
+    workers: int
+
+
+class DataErrorMsg(TypedDict):
+    t: str
+    seq: int
+    summary: str
+    traceback: str
 
 
 # -- what travels to every rank --------------------------------------------------------------------------

@@ -32,6 +32,7 @@ class RunOptions:
     quiet: bool = False
     script: tuple[str, ...] = ()
     keep: bool = False
+    data_workers: int | None = None  # Spark tasks making batches() data (default: the slots beyond the ranks')
     n_explicit: bool = True  # -n was given (a --keep cell without -n runs on the kept ranks, however many)
 
     def __post_init__(self) -> None:
@@ -45,6 +46,9 @@ class RunOptions:
         if self.backend_threads is not None and (not _whole(self.backend_threads) or self.backend_threads < 1):
             raise OptionsError(f"--threads must be a whole number >= 1 (e.g. --threads 4), "
                                f"got {self.backend_threads!r}")
+        if self.data_workers is not None and (not _whole(self.data_workers) or self.data_workers < 1):
+            raise OptionsError(f"--data-workers must be a whole number >= 1 (e.g. --data-workers 4), "
+                               f"got {self.data_workers!r}")
         if not _finite_positive(self.max_payload_mb):
             raise OptionsError(f"--max-payload-mb must be a number of megabytes > 0 (e.g. --max-payload-mb 1024), "
                                f"got {self.max_payload_mb!r}")
@@ -65,7 +69,7 @@ class RunOptions:
         return {
             "n": self.n, "gpu": self.gpu, "output": self.output, "timeout": self.timeout,
             "local": self.local, "all_ranks": self.all_ranks, "keep": self.keep,
-            "script": list(self.script) or None,
+            "data_workers": self.data_workers, "script": list(self.script) or None,
         }
 
 
@@ -143,6 +147,9 @@ def _build_parser(prog: str) -> _Parser:
                    help="no Spark: N processes on this machine")
     p.add_argument("--threads", dest="backend_threads", type=_whole_number, metavar="T",
                    help="torch CPU threads per rank (default: cores on the host / ranks on the host)")
+    p.add_argument("--data-workers", type=_whole_number, metavar="K",
+                   help="Spark tasks preparing jupyter_torchdist.batches() data beside the ranks (default: the "
+                        "session's task slots beyond the ranks', at least 1)")
     p.add_argument("--max-payload-mb", type=_positive_number, default=DEFAULT_MAX_PAYLOAD_MB, metavar="MB",
                    help=f"largest captured payload to ship (default {DEFAULT_MAX_PAYLOAD_MB:g})")
     p.add_argument("--max-value-mb", type=_positive_number, default=DEFAULT_MAX_VALUE_MB, metavar="MB",

@@ -13,12 +13,13 @@ from ..contract import TLSPin
 from . import protocol as P
 from .tls import TLSStream, client_context
 
-__all__ = ["connect", "Stream"]
+__all__ = ["connect", "handshake", "Stream"]
 
 Stream = Union[socket.socket, TLSStream]
 
 
-def _handshake(raw: socket.socket, secret: bytes, rank: int, role: bytes, tls: TLSPin | None) -> Stream:
+def handshake(raw: socket.socket, secret: bytes, rank: int, role: bytes, tls: TLSPin | None,
+              peer: str = "the kernel") -> Stream:
     """TLS first when pinned, then the mutual HMAC challenge; returns the stream to talk on."""
     sock: Stream = raw
     if tls is not None:
@@ -33,7 +34,7 @@ def _handshake(raw: socket.socket, secret: bytes, rank: int, role: bytes, tls: T
     sock.sendall(role + rank.to_bytes(4, "big") + P.client_mac(secret, nonce, role, rank))
     reply = P.recv_exact(sock, 2 + P.MAC_LEN)
     if reply[:2] != b"OK" or not hmac.compare_digest(reply[2:], P.server_mac(secret, nonce)):
-        raise P.ProtocolError("the kernel refused this rank (wrong run secret?)")
+        raise P.ProtocolError(f"{peer} refused this connection (wrong run secret?)")
     return sock
 
 
@@ -53,7 +54,7 @@ def connect(address: tuple[str, int], secret: bytes, rank: int, role: bytes, *,
             "set spark.driver.host to an address they can reach, and allow that port range in the firewall."
         ) from None
     try:
-        sock = _handshake(raw, secret, rank, role, tls)
+        sock = handshake(raw, secret, rank, role, tls)
         raw.settimeout(None)
         raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return sock

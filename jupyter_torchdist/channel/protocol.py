@@ -20,11 +20,13 @@ import hmac
 import math
 import os
 import pickle
+import socket
 import struct
+import time
 from typing import Any, Protocol
 
 __all__ = [
-    "MAGIC", "NONCE_LEN", "MAC_LEN", "ROLE_RANK", "ROLE_AGENT", "ProtocolError",
+    "MAGIC", "NONCE_LEN", "MAC_LEN", "ROLE_RANK", "ROLE_AGENT", "ROLE_DATA", "ProtocolError", "Deadline",
     "HELLO_LEN", "new_secret", "client_mac", "server_mac", "recv_exact", "send_frame", "recv_frame",
     "encode_frame", "check_message",
 ]
@@ -35,6 +37,7 @@ MAC_LEN = 32
 HELLO_LEN = 1 + 4 + MAC_LEN
 ROLE_RANK = b"R"   # the process running the user's code
 ROLE_AGENT = b"A"  # the Spark task that forked it and watches its exit
+ROLE_DATA = b"D"   # a data worker sending batches to a rank (the data plane: data/transport.py)
 _LEN = struct.Struct(">I")
 
 
@@ -59,6 +62,34 @@ class Wire(Protocol):
 
     def recv(self, n: int, /) -> bytes: ...
     def sendall(self, data: bytes, /) -> Any: ...
+
+
+class Deadline:
+    """A raw socket during the handshake: every wait counts against one deadline, so a peer
+    trickling a byte at a time cannot hold a thread past the deadline."""
+
+    def __init__(self, sock: socket.socket, seconds: float) -> None:
+        self.sock, self.until = sock, time.monotonic() + seconds
+
+    def _arm(self) -> None:
+        left = self.until - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("the handshake took too long")
+        self.sock.settimeout(left)
+
+    def recv(self, n: int) -> bytes:
+        self._arm()
+        return self.sock.recv(n)
+
+    def sendall(self, data: bytes) -> None:
+        self._arm()
+        self.sock.sendall(data)
+
+    def shutdown(self, how: int) -> None:
+        self.sock.shutdown(how)
+
+    def close(self) -> None:
+        self.sock.close()
 
 
 def recv_exact(sock: Wire, n: int) -> bytes:

@@ -45,34 +45,6 @@ class _Conn:
         self.stopping = False           # the kernel told this agent to stop its rank
 
 
-class _Deadline:
-    """A raw socket during the handshake: every wait counts against one deadline, so a peer
-    trickling a byte at a time cannot hold a thread past HANDSHAKE_TIMEOUT_S."""
-
-    def __init__(self, sock: socket.socket, seconds: float) -> None:
-        self.sock, self.until = sock, time.monotonic() + seconds
-
-    def _arm(self) -> None:
-        left = self.until - time.monotonic()
-        if left <= 0:
-            raise TimeoutError("the handshake took too long")
-        self.sock.settimeout(left)
-
-    def recv(self, n: int) -> bytes:
-        self._arm()
-        return self.sock.recv(n)
-
-    def sendall(self, data: bytes) -> None:
-        self._arm()
-        self.sock.sendall(data)
-
-    def shutdown(self, how: int) -> None:
-        self.sock.shutdown(how)
-
-    def close(self) -> None:
-        self.sock.close()
-
-
 class _Slot:
     """The socket (plain or TLS) of one connection still in its handshake, so close() can wake it."""
 
@@ -189,7 +161,7 @@ class ChannelServer:
     def _handshake(self, slot: _Slot) -> _Conn | None:
         raw = slot.sock
         assert isinstance(raw, socket.socket)
-        timed = _Deadline(raw, HANDSHAKE_TIMEOUT_S)
+        timed = P.Deadline(raw, HANDSHAKE_TIMEOUT_S)
         sock: Any = timed
         if self._ssl is not None:
             sock = slot.sock = TLSStream(timed, self._ssl, server_side=True)  # type: ignore[arg-type]

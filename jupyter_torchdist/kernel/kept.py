@@ -117,9 +117,9 @@ class Ranks:
     """
 
     def __init__(self, n: int = 2, *, gpu: bool = False, local: bool = False, threads: int | None = None,
-                 timeout: float | None = None, all_ranks: bool = False) -> None:
+                 timeout: float | None = None, all_ranks: bool = False, data_workers: int | None = None) -> None:
         self.options = RunOptions(n=n, gpu=gpu, local=local, backend_threads=threads, timeout=timeout,
-                                  all_ranks=all_ranks, keep=True)
+                                  all_ranks=all_ranks, keep=True, data_workers=data_workers)
         self._set: _KeptSet | None = None
         _live.add(self)
 

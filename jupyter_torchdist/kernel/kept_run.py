@@ -64,8 +64,12 @@ def _start_or_send(kept: _KeptSet, cell: int, payload: bytes, options: RunOption
 
 
 def _supervise(kept: _KeptSet, state: RunState, view: RunView, options: RunOptions) -> _NamesSupervisor:
+    from .run import data_service
+
     deadline = None if options.timeout is None else state.started_at + options.timeout
-    return _NamesSupervisor(state, kept.server, kept.launcher, view, kept.inbox, deadline)
+    sup = _NamesSupervisor(state, kept.server, kept.launcher, view, kept.inbox, deadline)
+    sup.data = data_service(options, kept.server, kept.inbox, f"{kept.run_id}-{state.cell}", kept=True)
+    return sup
 
 
 def _lost_before(ranks: Ranks, kept: _KeptSet) -> None:
@@ -99,6 +103,7 @@ def run_kept_cell(ranks: Ranks, kept: _KeptSet, payload: bytes, options: RunOpti
         state.abort(time.time(), f"{type(exc).__name__}: {exc}")
         raise
     finally:
+        sup.data.close()
         result.logs = {r.rank: list(r.logs) for r in state.ranks}
         view.finish(dict(state.snapshot(log_tail=view.log_tail)))
     if error is not None:

@@ -2,15 +2,31 @@
 from __future__ import annotations
 
 import builtins
+import io
 import types
 from typing import Any, Callable
 
 import cloudpickle
 
 from .._units import human_bytes
+from ..data.handles import reduce_dataframe
 from ..errors import CaptureError
 
 __all__ = ["pack", "referenced_globals"]
+
+
+class _Pickler(cloudpickle.Pickler):  # type: ignore[misc]
+    """cloudpickle, with each Spark DataFrame sent as a handle (``data.handles``) instead of failing."""
+
+    def reducer_override(self, obj: Any) -> Any:
+        reduced = reduce_dataframe(obj)
+        return reduced if reduced is not None else super().reducer_override(obj)
+
+
+def _dumps(obj: Any) -> bytes:
+    buf = io.BytesIO()
+    _Pickler(buf, protocol=5).dump(obj)
+    return buf.getvalue()
 
 
 def _code_names(code: types.CodeType) -> set[str]:
@@ -87,7 +103,7 @@ def _narrow(name: str, value: Any, exc: BaseException, depth: int = 2) -> tuple[
         return name, value, exc
     for attr, part in _parts(value):
         try:
-            cloudpickle.dumps(part)
+            _dumps(part)
         except Exception as inner:
             return _narrow(f"{name}.{attr}", part, inner, depth - 1)
     return name, value, exc
@@ -99,7 +115,7 @@ def _blame(fn: Callable[..., Any], args: tuple[Any, ...] = (), kwargs: dict[str,
     objects."""
     for name, value in _candidates(fn, args, kwargs, named):
         try:
-            cloudpickle.dumps(value)
+            _dumps(value)
         except Exception as exc:
             return _narrow(name, value, exc)
     return None
@@ -116,7 +132,7 @@ def _sizes(fn: Callable[..., Any], args: tuple[Any, ...] = (), kwargs: dict[str,
     sizes = []
     for name, value in _candidates(fn, args, kwargs, named):
         try:
-            sizes.append((name, len(cloudpickle.dumps(value))))
+            sizes.append((name, len(_dumps(value))))
         except Exception:
             continue
     return sorted(sizes, key=lambda item: -item[1])
@@ -130,7 +146,7 @@ def pack(fn: Callable[..., Any], args: tuple[Any, ...] = (), kwargs: dict[str, A
     """
     kwargs = kwargs or {}
     try:
-        data = cloudpickle.dumps((fn, args, kwargs), protocol=5)
+        data = _dumps((fn, args, kwargs))
     except Exception as exc:
         culprit = _blame(fn, args, kwargs, named)
         if culprit is None:

@@ -16,6 +16,7 @@ from typing import Any
 
 from ..channel.server import ChannelServer
 from ..contract import Inbound, LaunchInfo, RunPlan
+from ..data.service import DataService
 from ..errors import DistributeError
 from ..launchers import get_launcher
 from ..launchers.base import Launcher
@@ -26,7 +27,7 @@ from .result import RunResult
 from .state import RunState
 from .supervisor import Supervisor, plain_sigint
 
-__all__ = ["Work", "launch", "execute", "last_run"]
+__all__ = ["Work", "launch", "execute", "last_run", "data_service"]
 
 _FRAME_SLACK = 8 << 20  # a frame carries a value plus its message: room above --max-value-mb
 _last: RunResult | None = None
@@ -71,6 +72,13 @@ def _plan(options: RunOptions, info: LaunchInfo, server: ChannelServer, payload:
                    all_ranks=options.all_ranks, loopback=info.loopback, tls=server.tls_pin)
 
 
+def data_service(options: RunOptions, server: ChannelServer, inbox: queue.SimpleQueue[Inbound], run_id: str, *,
+                 kept: bool) -> DataService:
+    """The run's answer to batches() (idle unless a rank asks)."""
+    return DataService(server, inbox, world_size=options.n, workers=options.data_workers, secret=server.secret,
+                       run_id=run_id, ranks_in_slots=0 if options.local or kept else options.n)
+
+
 def _values(options: RunOptions, values: dict[int, Any]) -> Any:
     return [values.get(r) for r in range(options.n)] if options.all_ranks else values.get(0)
 
@@ -86,11 +94,13 @@ def execute(payload: bytes, options: RunOptions, launcher: Launcher, view: RunVi
     server = ChannelServer(options.n, host=info.channel_host, max_frame=options.max_value_bytes + _FRAME_SLACK,
                            inbox=inbox, tls=info.channel_tls, watcher=info.watcher, lost_hint=info.lost_hint)
     deadline = None if options.timeout is None else state.started_at + options.timeout
+    plan = _plan(options, info, server, payload, filename, source)
     sup = Supervisor(state, server, launcher, view, inbox, deadline)
+    sup.data = data_service(options, server, inbox, plan.run_id, kept=False)
     result = RunResult(value=None, values=sup.values, state=state)
     try:
         view.start(dict(state.snapshot(log_tail=view.log_tail)))
-        launcher.start(_plan(options, info, server, payload, filename, source), inbox)
+        launcher.start(plan, inbox)
         with plain_sigint():
             sup.run_until_done()
         state.close_out(time.time())
@@ -102,6 +112,7 @@ def execute(payload: bytes, options: RunOptions, launcher: Launcher, view: RunVi
             exc.result = result
         raise
     finally:
+        sup.data.close()
         server.close()
         result.logs = {r.rank: list(r.logs) for r in state.ranks}
         view.finish(dict(state.snapshot(log_tail=view.log_tail)))

@@ -5,6 +5,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import root_cause
 from ..views.schema import SCHEMA_VERSION, RankSnapshot, RunErrorSnapshot, RunSnapshot
+from .usage import data_snapshot, usage_snapshot
 
 if TYPE_CHECKING:
     from .state import RankState, RunState
@@ -19,6 +20,7 @@ def run_snapshot(state: RunState, log_tail: int) -> RunSnapshot:
         "backend": state.backend, "options": dict(state.options), "world_size": state.world_size,
         "elapsed_s": round(max(0.0, end - state.started_at), 3), "value_repr": state.value_repr,
         "error": _error_snapshot(state), "notices": state.notices(),
+        "data": data_snapshot(state.data, [r.usage for r in state.ranks]),
         "ranks": [_rank_snapshot(r, end, log_tail) for r in state.ranks],
     }
 
@@ -44,4 +46,5 @@ def _rank_snapshot(r: RankState, end: float, log_tail: int) -> RankSnapshot:
         "error": r.failure.summary if r.failure else None,
         "log_lines": r.log_lines, "log_dropped": r.log_dropped, "log_tail": [[s, t] for s, t in tail],
         "loss_history": [[x, round(y, 6)] for x, y in r.history],
+        "usage": usage_snapshot(r.usage) if r.usage.rss is not None or r.usage.data_s is not None else None,
     }

@@ -15,6 +15,7 @@ from typing import Any, Callable, Final
 from .. import contract as C
 from ..errors import RankFailure, RunError, RunFailed, RunInterrupted, RunTimeout, is_secondary, root_cause
 from ..views.schema import LOSS_KEYS, RunSnapshot
+from .usage import DataStats, RankUsage, fold_data_status, fold_usage, input_notice
 
 __all__ = ["RankState", "RunState", "HANDLERS", "LOG_TAIL", "HISTORY_POINTS"]
 
@@ -53,6 +54,7 @@ class RankState:
     pending_exit: RankFailure | None = None     # the agent saw the rank die; judged once that connection drains
     history: list[tuple[float, float]] = field(default_factory=list)
     rate_mark: tuple[float, int] | None = None
+    usage: RankUsage = field(default_factory=RankUsage)
 
     @property
     def settled(self) -> bool:
@@ -91,6 +93,7 @@ class RunState:
     job_error: str | None = None
     cell: int | None = None          # kept ranks: the cell this state is about (its messages carry it)
     notes: list[str] = field(default_factory=list)  # the kernel's own notices (kept ranks, slots)
+    data: DataStats = field(default_factory=DataStats)
 
     def __post_init__(self) -> None:
         if not self.ranks:
@@ -168,6 +171,15 @@ class RunState:
         lines = _int_or_none(msg.get("log_lines"))
         if lines is not None:
             rs.log_dropped = max(rs.log_dropped, lines)  # counts are cumulative: late or repeated notices are fine
+
+    def _usage(self, rs: RankState, msg: dict[str, Any], at: float) -> None:
+        fold_usage(rs.usage, msg, at)
+
+    def _data_request(self, rs: RankState, msg: dict[str, Any], at: float) -> None:
+        """batches() opening or closing an epoch: the data service answers it; the rank's usage shows its wait."""
+
+    def _data_status(self, rs: RankState | None, msg: dict[str, Any], at: float) -> None:
+        fold_data_status(self.data, msg)
 
     def _other_cell(self, msg: dict[str, Any]) -> bool:
         """A kept rank's late word about an earlier cell: not about this one."""
@@ -342,8 +354,10 @@ class RunState:
 
     def notices(self) -> list[str]:
         """What the user should know that is not a failure."""
-        return self.notes + [f"rank {r.rank}: {r.log_dropped:,} log lines past the budget were dropped"
-                             for r in self.ranks if r.log_dropped]
+        bound = input_notice([r.usage for r in self.ranks], self.data.workers)
+        dropped = [f"rank {r.rank}: {r.log_dropped:,} log lines past the budget were dropped"
+                   for r in self.ranks if r.log_dropped]
+        return self.notes + ([bound] if bound else []) + dropped
 
     def snapshot(self, *, log_tail: int = LOG_TAIL) -> RunSnapshot:
         """The JSON-able picture of the run every view draws (``views.schema.RunSnapshot``)."""
@@ -363,6 +377,9 @@ HANDLERS: Final[dict[tuple[str, str], Handler]] = {
     (C.RANK, C.RESULT): RunState._result,
     (C.RANK, C.FAILED): RunState._failed,
     (C.RANK, C.DROPPED): RunState._dropped,
+    (C.RANK, C.USAGE): RunState._usage,
+    (C.RANK, C.DATA_OPEN): RunState._data_request,
+    (C.RANK, C.DATA_DONE): RunState._data_request,
     (C.RANK, C.CONNECTED): RunState._connected,
     (C.RANK, C.DISCONNECTED): RunState._disconnected,
     (C.AGENT, C.AGENT_HELLO): RunState._agent_hello,
@@ -372,4 +389,5 @@ HANDLERS: Final[dict[tuple[str, str], Handler]] = {
     (C.BACKEND, C.LOST): RunState._lost,
     (C.BACKEND, C.STOPPED): RunState._stopped,
     (C.BACKEND, C.JOB_END): RunState._job_end,
+    (C.BACKEND, C.DATA_STATUS): RunState._data_status,
 }

@@ -48,12 +48,18 @@ class Supervisor:
         self.released = False
         self.dirty = True
         self.last_frame = 0.0
+        self.data: Any = None  # the run's data.service.DataService: answers batches() requests
 
     # -- messages ---------------------------------------------------------------------------------
     def handle(self, ev: Inbound) -> None:
         self.dirty = True
         t = ev.msg.get("t")
         self.state.apply(ev.rank, ev.role, ev.msg, ev.at)
+        if ev.role == C.RANK and self.data is not None:
+            if t in (C.DATA_OPEN, C.DATA_DONE):
+                self.data.handle(ev)
+            elif t in (C.RESULT, C.FAILED):
+                self.data.rank_ended(ev.rank)
         if ev.role == C.RANK and t == C.HELLO and self.state.hellos_complete() and self.stop_at is None:
             self._send_rendezvous()
         if ev.role == C.RANK and t == C.RESULT and ev.msg.get("value") is not None:

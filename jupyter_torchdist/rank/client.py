@@ -61,6 +61,7 @@ class RankClient:
         self._progress: collections.deque[dict[str, Any]] = collections.deque(maxlen=PROGRESS_QUEUE)
         self._logs: collections.deque[dict[str, Any]] = collections.deque()
         self._finals: list[dict[str, Any]] = []   # a cell's outcome: always last in its batch
+        self._usage: dict[str, Any] | None = None  # the latest usage reading: a newer one replaces it
         self._log_bytes = 0
         self._cond = threading.Condition()
         self._queued = 0   # messages ever put in _logs (a position, for send_final's wait)
@@ -79,11 +80,19 @@ class RankClient:
             self._progress.append(msg)
             self._cond.notify()
 
-    def post(self, msg: dict[str, Any]) -> None:
-        """Queue a message that must arrive (a state change), in order with the logs."""
+    def post_usage(self, msg: dict[str, Any]) -> None:
+        """Leave the latest usage reading to go with the next batch (an unsent older one is replaced)."""
+        with self._cond:
+            self._usage = msg
+            self._cond.notify()
+
+    def post(self, msg: dict[str, Any], *, urgent: bool = False) -> None:
+        """Queue a message that must arrive (a state change), in order with the logs; ``urgent`` skips the
+        sender's rate limit (a request the rank waits on)."""
         with self._cond:
             self._logs.append(msg)
             self._queued += 1
+            self._urgent = self._urgent or urgent
             self._cond.notify()
 
     def post_log(self, stream: str, text: str, at: float) -> None:
@@ -112,13 +121,15 @@ class RankClient:
         with self._cond:
             while not self._closing:
                 left = not_before - time.monotonic()
-                if (self._progress or self._logs or self._finals) and (left <= 0 or self._urgent):
+                if (self._progress or self._logs or self._finals or self._usage) and (left <= 0 or self._urgent):
                     break
                 self._cond.wait(left if left > 0 else None)  # a rate limit, cut short by send_final
-            if not (self._progress or self._logs or self._finals):
+            if not (self._progress or self._logs or self._finals or self._usage):
                 return None
+            usage = [self._usage] if self._usage is not None else []
             batch = (list(self._logs) + self._dropped_notice() + _thin(list(self._progress), PROGRESS_PER_BATCH)
-                     + self._finals)
+                     + usage + self._finals)
+            self._usage = None
             self._logs.clear()
             self._progress.clear()
             self._finals = []

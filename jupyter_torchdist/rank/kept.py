@@ -15,9 +15,9 @@ from typing import Any
 
 from .. import contract as C
 from .._sources import register_source
-from ..channel import protocol as P
 from .client import RankClient
 from .kept_payload import Namespace
+from .link import KernelLink
 
 __all__ = ["serve_cells"]
 
@@ -35,18 +35,7 @@ class _Interruptible:
             raise KeyboardInterrupt
 
 
-def _next_cell(sock: Any) -> dict[str, Any] | None:
-    """Block until the kernel sends the next cell; None when it closed the channel."""
-    while True:
-        try:
-            msg = P.recv_frame(sock, 1 << 31)
-        except Exception:
-            return None
-        if isinstance(msg, dict) and msg.get("t") == C.CELL:
-            return msg
-
-
-def serve_cells(first: dict[str, Any], sock: Any, client: RankClient, rank: int, run_cell: Any) -> int:
+def serve_cells(first: dict[str, Any], link: KernelLink, client: RankClient, rank: int, run_cell: Any) -> int:
     """Run ``first``, then every cell the kernel sends, until it closes the channel. Returns the exit code.
 
     ``run_cell(cell_msg, namespace, guard)`` runs one cell and returns its final message.
@@ -60,5 +49,5 @@ def serve_cells(first: dict[str, Any], sock: Any, client: RankClient, rank: int,
             final["names"] = sorted(ns.own_names())
         client.send_final([final])
         register_source(cell["filename"], cell["source"])  # keep tracebacks of earlier cells readable
-        cell = _next_cell(sock)
+        cell = link.next_main(C.CELL)
     return 0

@@ -23,6 +23,9 @@ from .client import RankClient
 from .group import init_group, rendezvous, set_env
 from .kept import serve_cells
 from .kept_payload import Namespace, run_job
+from .link import KernelLink
+from .runtime import RankRuntime, current, install
+from .usage import UsageSampler
 from .values import final_message
 
 __all__ = ["rank_main", "run_payload"]
@@ -53,6 +56,9 @@ class _Reporting:
     def close(self) -> None:
         self.capture.close()
         rank_api._sink.post = None
+        runtime = current()
+        if runtime is not None:
+            runtime.extras["usage"].sample()  # the cell's last numbers go with its outcome
 
 
 def _call_kept(payload: bytes, ns: Namespace, guard: Any) -> tuple[str, Any]:
@@ -75,6 +81,7 @@ def _call_kept(payload: bytes, ns: Namespace, guard: Any) -> tuple[str, Any]:
 def _run_kept_cell(cell: dict[str, Any], ns: Namespace, guard: Any, *, client: RankClient,
                    rank: int) -> dict[str, Any]:
     register_source(cell["filename"], cell["source"])
+    _begin_cell(cell["cell"])
     reporting = _Reporting(client)
     try:
         client.post({"t": C.STATE, "state": "running"})
@@ -85,20 +92,11 @@ def _run_kept_cell(cell: dict[str, Any], ns: Namespace, guard: Any, *, client: R
                          max_bytes=cell["max_value_bytes"])
 
 
-def _await_release(sock: Any) -> None:
-    """Stay until the kernel says every rank has ended its cell (or is gone).
-
-    A rank that exits early takes its end of every gloo connection with it, and rank 0 the TCPStore:
-    a peer still forming the group, or still reading a collective's last bytes, then fails with
-    "Connection reset by peer". Seen with 64 ranks on one host and a cell that is just ``1``.
-    """
-    try:
-        while True:
-            msg = P.recv_frame(sock, 1 << 16)
-            if isinstance(msg, dict) and msg.get("t") == C.RELEASE:
-                return
-    except Exception:
-        return  # the kernel closed the channel: nobody needs us any more
+def _begin_cell(cell: int) -> None:
+    """Per-cell numbers (batches() epochs, time waiting for data) start again with each cell."""
+    runtime = current()
+    if runtime is not None:
+        runtime.extras["cell"] = cell
 
 
 def _one_shot(plan: RunPlan, rank: int, store: Any, device: str, client: RankClient) -> dict[str, Any]:
@@ -117,7 +115,7 @@ def _one_shot(plan: RunPlan, rank: int, store: Any, device: str, client: RankCli
                          max_bytes=plan.max_value_bytes)
 
 
-def _kept(plan: RunPlan, rank: int, store: Any, device: str, sock: Any, client: RankClient) -> int:
+def _kept(plan: RunPlan, rank: int, store: Any, device: str, link: KernelLink, client: RankClient) -> int:
     try:
         client.post({"t": C.STATE, "state": "starting"})
         init_group(plan, rank, store, device)
@@ -127,7 +125,7 @@ def _kept(plan: RunPlan, rank: int, store: Any, device: str, sock: Any, client: 
         return 1
     first = {"cell": 1, "payload": plan.payload, "filename": plan.filename, "source": plan.source,
              "all_ranks": plan.all_ranks, "max_value_bytes": plan.max_value_bytes}
-    return serve_cells(first, sock, client, rank, functools.partial(_run_kept_cell, client=client, rank=rank))
+    return serve_cells(first, link, client, rank, functools.partial(_run_kept_cell, client=client, rank=rank))
 
 
 def rank_main(plan: RunPlan, rank: int, gpu_address: str | None = None) -> int:
@@ -140,12 +138,20 @@ def rank_main(plan: RunPlan, rank: int, gpu_address: str | None = None) -> int:
     rdv, store = rendezvous(sock, plan, rank)
     device = set_env(plan, rank, rdv, gpu_address)
     client = RankClient(sock)
+    link = KernelLink(sock)
+    bind_ip = "127.0.0.1" if plan.loopback else sock.getsockname()[0]
+    install(RankRuntime(plan, rank, client, link, bind_ip, {"cell": 1,
+                                                           "usage": UsageSampler(client.post_usage, gpu=plan.gpu)}))
     install_tqdm(rank_api.report)
     if plan.keep:
-        return _kept(plan, rank, store, device, sock, client)
+        return _kept(plan, rank, store, device, link, client)
     final = _one_shot(plan, rank, store, device, client)
     client.send_final([final])  # our failure reaches the kernel before any peer's echo of it
-    _await_release(sock)
+    # Stay until the kernel says every rank has ended its cell (or is gone). A rank that exits early takes
+    # its end of every gloo connection with it, and rank 0 the TCPStore: a peer still forming the group, or
+    # still reading a collective's last bytes, then fails with "Connection reset by peer" (seen with 64
+    # ranks on one host and a cell that is just ``1``).
+    link.next_main(C.RELEASE)
     # No destroy_process_group: the process ends with os._exit right after this (forking.fork_rank), which
     # frees the group without the GIL deadlock a Python-side destroy can hit, and 10-20 ms sooner.
     return 0 if final["t"] == C.RESULT else 1

@@ -9,10 +9,30 @@ from __future__ import annotations
 from typing import Any, Final, TypedDict
 
 __all__ = ["SCHEMA_VERSION", "LOSS_KEYS", "RankSnapshot", "RunSnapshot", "RunErrorSnapshot",
-           "SecondarySnapshot"]
+           "SecondarySnapshot", "UsageSnapshot", "DataSnapshot"]
 
 SCHEMA_VERSION: Final = 1
 LOSS_KEYS: Final = ("loss", "train_loss", "training_loss")  # metrics drawn as the loss curve, first found
+
+
+class UsageSnapshot(TypedDict):
+    """Where a rank's time goes (sampled about once a second by the rank)."""
+    cpu_pct: float | None       # the rank process (all its threads), percent of one core
+    rss: int | None             # resident memory, bytes
+    gpu_util: float | None      # its GPU's utilisation, percent (--gpu, when NVML can tell)
+    gpu_mem: int | None         # bytes it holds on its GPU
+    input_wait: float | None    # share of its time spent waiting in batches() (0..1); None without batches()
+    rows: int                   # rows batches() handed to its training loop
+    rows_per_s: float | None
+
+
+class DataSnapshot(TypedDict):
+    """The data job feeding batches() (None when the run reads no DataFrame)."""
+    workers: int                # data workers (Spark tasks at a time) of the latest epoch
+    active: int                 # ... still making batches
+    running: int                # ... with a Spark task running at this moment
+    rows: int                   # rows the ranks have taken
+    rows_per_s: float | None    # ... per second, all ranks together
 
 
 class RankSnapshot(TypedDict):
@@ -33,6 +53,7 @@ class RankSnapshot(TypedDict):
     log_dropped: int        # lines the rank could not send (past its log budget)
     log_tail: list[list[str]]        # [stream, text] pairs, the newest last
     loss_history: list[list[float]]  # [step, loss] pairs
+    usage: UsageSnapshot | None
 
 
 class SecondarySnapshot(TypedDict):
@@ -65,4 +86,5 @@ class RunSnapshot(TypedDict):
     value_repr: str | None
     error: RunErrorSnapshot | None
     notices: list[str]      # things the user should know that are not failures ("log lines dropped")
+    data: DataSnapshot | None
     ranks: list[RankSnapshot]

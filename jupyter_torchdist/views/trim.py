@@ -11,7 +11,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from .schema import SCHEMA_VERSION, RankSnapshot, RunErrorSnapshot, RunSnapshot, SecondarySnapshot
+from .schema import (SCHEMA_VERSION, DataSnapshot, RankSnapshot, RunErrorSnapshot, RunSnapshot, SecondarySnapshot,
+                     UsageSnapshot)
 from .style import clip, clip_tail, finite
 
 __all__ = ["Budget", "REPORT", "LIVE", "trim_snapshot"]
@@ -96,6 +97,23 @@ def _int(value: Any) -> int | None:
     return None if n is None else int(n)
 
 
+def _trim_usage(u: Any) -> UsageSnapshot | None:
+    if not isinstance(u, Mapping):
+        return None
+    share = finite(u.get("input_wait"))
+    return {"cpu_pct": finite(u.get("cpu_pct")), "rss": _int(u.get("rss")), "gpu_util": finite(u.get("gpu_util")),
+            "gpu_mem": _int(u.get("gpu_mem")), "input_wait": None if share is None else max(0.0, min(1.0, share)),
+            "rows": _int(u.get("rows")) or 0, "rows_per_s": finite(u.get("rows_per_s"))}
+
+
+def _trim_data(d: Any) -> DataSnapshot | None:
+    if not isinstance(d, Mapping):
+        return None
+    return {"workers": _int(d.get("workers")) or 0, "active": _int(d.get("active")) or 0,
+            "running": _int(d.get("running")) or 0,
+            "rows": _int(d.get("rows")) or 0, "rows_per_s": finite(d.get("rows_per_s"))}
+
+
 def _trim_rank(r: Mapping[str, Any], budget: Budget, chars: int, points: int) -> RankSnapshot:
     metrics = _mapping(r.get("metrics"))
     error, tail = r.get("error"), r.get("log_tail")
@@ -112,6 +130,7 @@ def _trim_rank(r: Mapping[str, Any], budget: Budget, chars: int, points: int) ->
         "log_dropped": _int(r.get("log_dropped")) or 0,
         "log_tail": _log_tail(tail, budget, chars),
         "loss_history": _thin(r.get("loss_history"), points),
+        "usage": _trim_usage(r.get("usage")),
     }
 
 
@@ -166,5 +185,6 @@ def trim_snapshot(snapshot: Mapping[str, Any], budget: Budget = REPORT) -> RunSn
         "value_repr": None if value is None else clip(value, VALUE_CHARS),
         "error": _trim_error(snapshot.get("error")),
         "notices": [clip(n, SHORT_CHARS) for n in list(notices)[:NOTICES_MAX] if isinstance(n, str)],
+        "data": _trim_data(snapshot.get("data")),
         "ranks": ranks,
     }

@@ -6,6 +6,27 @@
  * by another version, or edited by hand, must still render.
  */
 
+/** Where a rank's time goes (sampled about once a second by the rank). */
+export interface IUsage {
+  cpu_pct?: number | null;
+  rss?: number | null;
+  gpu_util?: number | null;
+  gpu_mem?: number | null;
+  /** Share of its time spent waiting in batches() (0..1); null without batches(). */
+  input_wait?: number | null;
+  rows?: number;
+  rows_per_s?: number | null;
+}
+
+/** The data job feeding batches() (null when the run reads no DataFrame). */
+export interface IDataJob {
+  workers?: number;
+  active?: number;
+  running?: number;
+  rows?: number;
+  rows_per_s?: number | null;
+}
+
 /** One rank's row. */
 export interface IRankSnapshot {
   rank?: number;
@@ -25,6 +46,7 @@ export interface IRankSnapshot {
   log_dropped?: number;
   log_tail?: Array<[string, string]>;
   loss_history?: Array<[number, number]>;
+  usage?: IUsage | null;
 }
 
 /** A failure of another rank, shown below the root cause. */
@@ -58,5 +80,6 @@ export interface IRunSnapshot {
   error?: IRunError | null;
   /** Things the user should know that are not failures ("log lines dropped"). */
   notices?: string[];
+  data?: IDataJob | null;
   ranks?: IRankSnapshot[];
 }

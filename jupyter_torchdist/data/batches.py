@@ -1,0 +1,233 @@
+"""Runs on each rank: ``batches(df, batch_size, ...)``, an epoch of a notebook DataFrame as training batches.
+
+Each rank asks the kernel for the epoch (DATA_OPEN: the same arguments on every rank, like a
+``DistributedSampler``); the kernel plans it once every rank has asked, tells each rank how many steps it
+gets (DATA_PLAN), and starts the data job whose tasks stream fragments to the ranks' listeners. Iterating
+takes whole batches in step order, as torch tensors. Stopping early (``break``) tells the kernel, which
+stops the job once every rank has stopped; the next ``batches()`` call starts afresh.
+"""
+from __future__ import annotations
+
+import linecache
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import cloudpickle
+
+from .. import contract as C
+from ..rank.runtime import RankRuntime, current
+from . import DataError
+from .handles import DataFrameHandle
+
+__all__ = ["batches", "Batches", "cell_numbers"]
+
+
+@dataclass(frozen=True)
+class _Args:
+    batch_size: int
+    columns: tuple[str, ...] | None
+    shuffle: bool
+    seed: int
+    epoch: int
+    drop_last: bool
+    prefetch: int
+
+
+def _whole(name: str, value: Any, least: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise ValueError(f"batches(): {name} must be a whole number >= {least}, got {value!r}")
+    return value
+
+
+def _check(df: Any, batch_size: Any, transform: Any, columns: Any, shuffle: Any, seed: Any, epoch: Any,
+           drop_last: Any, prefetch: Any) -> _Args:
+    if not isinstance(df, DataFrameHandle):
+        where = ("a Spark DataFrame runs its data job from the notebook: call batches() in a %%distribute cell "
+                 "(or jt.run) that uses the DataFrame" if type(df).__name__ == "DataFrame" else
+                 f"batches() takes a Spark DataFrame from the notebook, not {type(df).__name__}")
+        raise TypeError(where)
+    if transform is not None and not callable(transform):
+        raise TypeError(f"batches(): transform must be a function of a pandas DataFrame, "
+                        f"not {type(transform).__name__}")
+    if columns is not None:
+        if isinstance(columns, str) or not all(isinstance(c, str) for c in columns):
+            raise TypeError("batches(): columns must be a list of column names")
+        missing = [c for c in columns if c not in df.columns]
+        if missing:
+            raise ValueError(f"batches(): no column {missing[0]!r} in the DataFrame (it has {list(df.columns)})")
+    return _Args(_whole("batch_size", batch_size, 1), None if columns is None else tuple(columns), bool(shuffle),
+                 _whole("seed", seed, 0), _whole("epoch", epoch, 0), bool(drop_last), _whole("prefetch", prefetch, 1))
+
+
+def _sources(fn: Any) -> list[tuple[str, str]]:
+    """(filename, text) of the transform's code that this process knows (a cell it was defined in)."""
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return []
+    lines = linecache.getlines(code.co_filename)
+    return [(code.co_filename, "".join(lines))]
+
+
+@dataclass
+class _Epoch:
+    seq: int
+    feed: Any
+    steps: int = 0
+    reply: dict[str, Any] | None = None
+
+
+class _RankData:
+    """This rank's data plane: its listener (made on first use), its open epochs, this cell's numbers."""
+
+    def __init__(self, runtime: RankRuntime) -> None:
+        from .receiver import Receiver
+
+        self.runtime = runtime
+        self.receiver = Receiver(runtime.bind_ip, runtime.plan.secret, tls=runtime.plan.tls is not None)
+        self.cond = threading.Condition()
+        self.epochs: dict[int, _Epoch] = {}
+        self.cell: int | None = None
+        self.seq = 0
+        self.wait_s = self.rows = 0.0
+        self.first_at: float | None = None
+        runtime.link.on_data(self._on_message)
+
+    def _on_message(self, msg: dict[str, Any] | None) -> None:
+        with self.cond:
+            epochs = list(self.epochs.values()) if msg is None else [e for e in [self.epochs.get(msg.get("seq", -1))]
+                                                                     if e is not None]
+            for epoch in epochs:
+                if msg is None:
+                    epoch.feed.fail("the kernel closed the channel")
+                elif msg.get("t") == C.DATA_ERROR:
+                    text = str(msg.get("summary", "the data could not be made"))
+                    tb = str(msg.get("traceback", ""))
+                    epoch.feed.fail(f"{text}\n{tb}".rstrip())
+                if epoch.reply is None:
+                    epoch.reply = msg or {"t": C.DATA_ERROR, "summary": "the kernel closed the channel"}
+            self.cond.notify_all()
+
+    def _new_cell(self) -> None:
+        cell = self.runtime.extras.get("cell")
+        if cell != self.cell:
+            self.cell, self.seq, self.wait_s, self.rows, self.first_at = cell, 0, 0.0, 0.0, None
+
+    def open(self, handle: DataFrameHandle, args: _Args, transform: Callable[..., Any] | None) -> _Epoch:
+        with self.cond:
+            self._new_cell()
+            self.seq += 1
+            epoch = _Epoch(self.seq, self.receiver.open_feed(args.prefetch))
+            self.epochs[epoch.seq] = epoch
+        msg = {"t": C.DATA_OPEN, "seq": epoch.seq, "feed": epoch.feed.token, "handle": handle.id,
+               "args": args.__dict__, "transform": cloudpickle.dumps(transform) if transform is not None else None,
+               "transform_name": getattr(transform, "__qualname__", repr(transform))[:200],
+               "sources": _sources(transform), "address": self.receiver.listener.address,
+               "pin": self.receiver.listener.pin}
+        self.runtime.client.post(msg, urgent=True)
+        try:
+            with self.cond:
+                self.cond.wait_for(lambda: epoch.reply is not None)
+        except BaseException:  # interrupted while waiting for the plan: the kernel stops what it started
+            self.close(epoch, early=True)
+            raise
+        reply = epoch.reply or {}
+        if reply.get("t") != C.DATA_PLAN:
+            self.close(epoch, early=False, tell=False)
+            raise DataError(f"{reply.get('summary', 'batches() failed')}\n{reply.get('traceback', '')}".rstrip())
+        epoch.steps = int(reply["steps"])
+        return epoch
+
+    def take(self, epoch: _Epoch) -> dict[str, Any]:
+        if self.first_at is None:
+            self.first_at = time.monotonic()
+        before, rows = epoch.feed.wait_s, epoch.feed.rows
+        try:
+            return epoch.feed.take()
+        finally:
+            self.wait_s += epoch.feed.wait_s - before
+            self.rows += epoch.feed.rows - rows
+
+    def close(self, epoch: _Epoch, *, early: bool, tell: bool = True) -> None:
+        with self.cond:
+            self.epochs.pop(epoch.seq, None)
+        self.receiver.close_feed(epoch.feed)
+        if tell:
+            self.runtime.client.post({"t": C.DATA_DONE, "seq": epoch.seq, "early": early}, urgent=True)
+
+
+_lock = threading.Lock()
+
+
+def _data() -> _RankData:
+    runtime = current()
+    if runtime is None:
+        raise DataError("batches() runs on the ranks of a %%distribute cell (or jt.run): outside a run there is no "
+                        "data job to feed it")
+    with _lock:
+        data = runtime.extras.get("data")
+        if data is None:
+            data = runtime.extras["data"] = _RankData(runtime)
+    return data
+
+
+def cell_numbers() -> tuple[float, float, int] | None:
+    """(seconds waiting for data, seconds since this cell's first batch was asked for, rows) or None."""
+    runtime = current()
+    data = runtime.extras.get("data") if runtime is not None else None
+    if data is None or data.first_at is None or data.cell != runtime.extras.get("cell"):  # type: ignore[union-attr]
+        return None
+    return data.wait_s, time.monotonic() - data.first_at, int(data.rows)
+
+
+class Batches:
+    """An epoch of a DataFrame, batch by batch (``len()`` gives the steps every rank gets)."""
+
+    def __init__(self, df: DataFrameHandle, args: _Args, transform: Callable[..., Any] | None) -> None:
+        self._df, self._args, self._transform = df, args, transform
+        self._opened: _Epoch | None = None
+
+    def _open(self) -> _Epoch:
+        if self._opened is None:
+            self._opened = _data().open(self._df, self._args, self._transform)
+        return self._opened
+
+    def __len__(self) -> int:
+        return self._open().steps
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        epoch, self._opened = self._open(), None  # iterating again asks for the epoch again
+        return _iterate(_data(), epoch)
+
+    def __repr__(self) -> str:
+        return f"batches({self._df!r}, batch_size={self._args.batch_size}, epoch={self._args.epoch})"
+
+
+def _iterate(data: _RankData, epoch: _Epoch) -> Iterator[dict[str, Any]]:
+    from .convert import to_torch
+
+    early = True
+    try:
+        for _ in range(epoch.steps):
+            yield to_torch(data.take(epoch))
+        early = False
+    finally:
+        data.close(epoch, early=early)
+
+
+def batches(df: Any, batch_size: int, *, transform: Callable[..., Any] | None = None,
+            columns: list[str] | None = None, shuffle: bool = True, seed: int = 0, epoch: int = 0,
+            drop_last: bool = True, prefetch: int = 2) -> Batches:
+    """An epoch of the notebook DataFrame ``df`` on this rank, as dicts of column name -> torch tensor.
+
+    Call it on every rank with the same arguments (like a ``DistributedSampler``): every rank gets the same
+    number of batches, each row goes to at most one rank, and with ``drop_last`` fewer than
+    ``world_size * batch_size`` rows are left out (without it, every rank gets one smaller last batch).
+    ``transform(pandas_df) -> pandas_df | dict`` runs on Spark executors, never on the ranks. ``shuffle``
+    with ``seed`` and ``epoch`` gives a different, reproducible order each epoch (partitions in another
+    order, rows shuffled within blocks of 1,024). At most ``prefetch`` batches wait in this rank.
+    """
+    args = _check(df, batch_size, transform, columns, shuffle, seed, epoch, drop_last, prefetch)
+    return Batches(df, args, transform)
