@@ -268,3 +268,53 @@ def test_module_does_not_import_ipython():
             "print('IPython' in sys.modules)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+# -- where the time goes -----------------------------------------------------------------------
+
+def _with_usage(snap: dict, waits=(0.12, 0.55), gpu=False) -> dict:
+    for r, wait in zip(snap["ranks"], waits):
+        r["usage"] = {"cpu_pct": 97.4, "rss": 812 << 20, "gpu_util": 85.0 if gpu else None,
+                      "gpu_mem": (3 << 30) if gpu else None, "input_wait": wait, "rows": 640, "rows_per_s": 320.0}
+    snap["data"] = {"workers": 2, "active": 1, "running": 1, "rows": 1280, "rows_per_s": 640.0}
+    return snap
+
+
+def test_usage_columns_and_the_data_line_in_text_and_html():
+    snap = _with_usage(_snap(2))
+    text = report_text(snap)
+    assert "data: 2 workers (1 running) · 640 rows/s · 1,280 rows" in text
+    header = next(line for line in text.splitlines() if line.startswith("rank  "))
+    assert header.split()[:9] == ["rank", "host", "state", "progress", "rate", "cpu", "mem", "input", "wait"]
+    assert "gpu" not in header.split(), "no GPU column on a CPU run"
+    row1 = next(line for line in text.splitlines() if re.match(r"^\s*1\s", line))
+    assert "97%" in row1 and "812.0 MB" in row1 and "55%" in row1
+    markup = report_html(snap)
+    assert "data: 2 workers (1 running)" in _text_of_html(markup) and ">Input wait</th>" in markup
+    assert markup.count("font-weight:600\">55%") == 1, "the input-bound rank's wait stands out"
+    gpu = report_text(_with_usage(_snap(2), gpu=True))
+    assert "85% · 3.0 GB" in gpu
+
+
+def test_a_run_without_usage_or_data_has_no_such_columns():
+    text = report_text(_snap(2))
+    assert "cpu" not in text.split() and "data:" not in text
+    assert ">CPU</th>" not in report_html(_snap(2))
+
+
+def test_the_state_folds_usage_and_says_when_ranks_are_input_bound():
+    from jupyter_torchdist import contract as C
+
+    state = RunState(2)
+    for rank in (0, 1):
+        for at, wait, rows in ((10.0, 0.5, 64), (13.0, 2.4, 128)):
+            state.apply(rank, C.RANK, {"t": C.USAGE, "at": at, "cpu_pct": 40.0, "rss": 1 << 30,
+                                       "wait_s": wait, "data_s": at - 9.0, "rows": rows}, at)
+    state.apply(-1, C.BACKEND, {"t": C.DATA_STATUS, "workers": 1, "active": 1, "running": 1, "rows": 256}, 13.0)
+    snap = state.snapshot()
+    assert snap["ranks"][0]["usage"]["input_wait"] == pytest.approx(0.6) and snap["data"]["rows"] == 256
+    assert snap["data"]["rows_per_s"] == pytest.approx(2 * 64 / 3, rel=0.01)
+    assert any("input-bound" in n and "--data-workers 2" in n for n in snap["notices"])
+    quiet = RunState(1)
+    quiet.apply(0, C.RANK, {"t": C.USAGE, "at": 1.0, "wait_s": 0.1, "data_s": 10.0, "rows": 5}, 1.0)
+    assert not any("input-bound" in n for n in quiet.snapshot()["notices"])

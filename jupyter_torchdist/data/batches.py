@@ -13,14 +13,16 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import cloudpickle
 
 from .. import contract as C
-from ..rank.runtime import RankRuntime, current
 from . import DataError
 from .handles import DataFrameHandle
+
+if TYPE_CHECKING:
+    from ..rank.runtime import RankRuntime
 
 __all__ = ["batches", "Batches", "cell_numbers"]
 
@@ -162,6 +164,8 @@ _lock = threading.Lock()
 
 
 def _data() -> _RankData:
+    from ..rank.runtime import current  # only on a rank: the kernel imports this module for the API alone
+
     runtime = current()
     if runtime is None:
         raise DataError("batches() runs on the ranks of a %%distribute cell (or jt.run): outside a run there is no "
@@ -175,6 +179,8 @@ def _data() -> _RankData:
 
 def cell_numbers() -> tuple[float, float, int] | None:
     """(seconds waiting for data, seconds since this cell's first batch was asked for, rows) or None."""
+    from ..rank.runtime import current
+
     runtime = current()
     data = runtime.extras.get("data") if runtime is not None else None
     if data is None or data.first_at is None or data.cell != runtime.extras.get("cell"):  # type: ignore[union-attr]

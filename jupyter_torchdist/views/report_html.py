@@ -14,6 +14,7 @@ from .schema import RankSnapshot, RunErrorSnapshot, RunSnapshot
 from .style import (DASH, KIND_LABELS, clip, colour, duration, exit_text, metrics_text, progress, rate,
                     status_label, tally, where)
 from .trim import trim_snapshot
+from .usage import data_line, input_bound, usage_cells, usage_columns
 
 __all__ = ["report_html", "html_of"]
 
@@ -25,8 +26,11 @@ _TH: Final = "text-align:left;padding:5px 10px;font-size:11px;color:#888;text-tr
 _TD: Final = "padding:4px 10px;border-top:1px solid #8883;white-space:nowrap"
 _BOX: Final = "border:1px solid #8884;border-radius:4px;padding:6px 10px 8px;min-width:0"
 _BAD: Final = colour("failed")
-_COLUMNS: Final = ("Rank", "Host", "State", "Progress", "Rate", "Metrics", "Elapsed", "Exit", "Last output")
-_RIGHT: Final = {"Rank", "Rate", "Elapsed", "Exit"}
+_RIGHT: Final = {"Rank", "Rate", "Elapsed", "Exit", "CPU", "Mem", "GPU", "Input wait"}
+
+
+def _columns(usage: list[str]) -> tuple[str, ...]:
+    return ("Rank", "Host", "State", "Progress", "Rate", *usage, "Metrics", "Elapsed", "Exit", "Last output")
 
 
 def _e(value: Any) -> str:
@@ -67,6 +71,9 @@ def _header(snap: RunSnapshot) -> str:
            f'<span style="color:#888">{_e(" · ".join(meta))}</span></div>')
     if snap["headline"]:
         out += f'<div style="margin-top:4px">{_e(snap["headline"])}</div>'
+    data = data_line(snap["data"])
+    if data:
+        out += f'<div class="jtd-data" style="margin-top:2px;font-size:12px">{_e(data)}</div>'
     for notice in snap["notices"]:
         out += (f'<div class="jtd-notice" style="margin-top:4px;padding:3px 8px;border-left:3px solid '
                 f'{colour("stopped")};background:{colour("stopped")}14">{_e(notice)}</div>')
@@ -115,7 +122,15 @@ def _bar(frac: float | None, c: str) -> str:
             f'width:{frac * 100:.1f}%;background:{c}"></span></span>')
 
 
-def _row(r: RankSnapshot, root: int | None) -> str:
+def _usage_tds(r: RankSnapshot, usage: list[str]) -> str:
+    out = []
+    for name, text in zip(usage, usage_cells(r, usage)):
+        warn = f";color:{colour('stopped')};font-weight:600" if name == "Input wait" and input_bound(r) else ""
+        out.append(f'<td style="{_TD};text-align:right{warn}">{_e(text)}</td>')
+    return "".join(out)
+
+
+def _row(r: RankSnapshot, root: int | None, usage: list[str]) -> str:
     c = colour(r["state"])
     prog, frac = progress(r)
     note = r["error"] or r["last_line"]
@@ -126,7 +141,7 @@ def _row(r: RankSnapshot, root: int | None) -> str:
             f'<td style="{_TD};{mono}">{_e(clip(r["host"], 32) or DASH)}</td>'
             f'<td style="{_TD}">{_pill(r["state"], c)}</td>'
             f'<td style="{_TD}">{_bar(frac, c)}<span style="font-size:11px;color:#888">{_e(prog)}</span></td>'
-            f'<td style="{_TD};text-align:right">{_e(rate(r["rate"]))}</td>'
+            f'<td style="{_TD};text-align:right">{_e(rate(r["rate"]))}</td>{_usage_tds(r, usage)}'
             f'<td style="{_TD};{mono}">{_e(metrics_text(r, 80) or DASH)}</td>'
             f'<td style="{_TD};text-align:right">{_e(duration(r["elapsed_s"]))}</td>'
             f'<td style="{_TD};text-align:right">{_e(exit_text(r))}</td>'
@@ -135,8 +150,9 @@ def _row(r: RankSnapshot, root: int | None) -> str:
 
 
 def _table(ranks: list[RankSnapshot], root: int | None) -> str:
-    head = "".join(f'<th style="{_TH}{";text-align:right" if h in _RIGHT else ""}">{h}</th>' for h in _COLUMNS)
-    rows = "".join(_row(r, root) for r in ranks)
+    usage = usage_columns(ranks)
+    head = "".join(f'<th style="{_TH}{";text-align:right" if h in _RIGHT else ""}">{h}</th>' for h in _columns(usage))
+    rows = "".join(_row(r, root, usage) for r in ranks)
     return (f'<div style="margin-top:10px;max-height:22em;overflow:auto;border:1px solid #8884;border-radius:4px">'
             f'<table style="border-collapse:collapse;width:100%;font-size:13px;font-variant-numeric:tabular-nums">'
             f'<thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table></div>')

@@ -8,6 +8,7 @@ from .schema import RankSnapshot, RunErrorSnapshot, RunSnapshot
 from .style import DASH, KIND_LABELS, clip, duration, exit_text, metrics_text, progress, rate, status_label, tally
 from .style import where as where_text
 from .trim import trim_snapshot
+from .usage import data_line, usage_cells, usage_columns
 
 __all__ = ["report_text", "text_of"]
 
@@ -39,6 +40,8 @@ def _head(snap: RunSnapshot) -> list[str]:
     head += [f"{world} rank{'s' if world != 1 else ''}", duration(snap["elapsed_s"])]
     lines = [" \u00b7 ".join(head)]
     lines += [snap["headline"]] if snap["headline"] else []
+    data = data_line(snap["data"])
+    lines += [data] if data else []
     lines += [f"note: {n}" for n in snap["notices"]]
     lines += [f"ranks: {tally(snap['ranks'])}"] if snap["ranks"] else []
     return lines
@@ -68,20 +71,22 @@ def _value(value_repr: str) -> list[str]:
     return lines
 
 
-def _row(r: RankSnapshot) -> list[str]:
+def _row(r: RankSnapshot, usage: list[str]) -> list[str]:
     prog, frac = progress(r)
     if frac is not None:
         prog = f"{prog} {frac * 100:3.0f}%"
     note = r["error"] or metrics_text(r) or r["last_line"]
-    return [str(r["rank"]), clip(r["host"], 24) or DASH, r["state"], prog, rate(r["rate"]),
+    return [str(r["rank"]), clip(r["host"], 24) or DASH, r["state"], prog, rate(r["rate"]), *usage_cells(r, usage),
             duration(r["elapsed_s"]), exit_text(r), clip(" ".join(note.split()), 80)]
 
 
 def _table(ranks: list[RankSnapshot]) -> list[str]:
-    header = ["rank", "host", "state", "progress", "rate", "elapsed", "exit", "metrics / last output"]
-    rows = [_row(r) for r in ranks]
+    usage = usage_columns(ranks)
+    header = ["rank", "host", "state", "progress", "rate", *(u.lower() for u in usage), "elapsed", "exit",
+              "metrics / last output"]
+    rows = [_row(r, usage) for r in ranks]
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header) - 1)]
-    right = {0, 4, 5, 6}
+    right = {0, 4, *range(5, 5 + len(usage) + 2)}
 
     def fmt(row: list[str]) -> str:
         cells = [c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths))]

@@ -6,6 +6,7 @@ import time
 from typing import Any, TextIO
 
 from .report_text import report_text
+from .usage import data_line
 
 __all__ = ["TextView"]
 
@@ -59,6 +60,8 @@ class TextView:
         if now - self._last_summary >= SUMMARY_EVERY_S:
             self._last_summary = now
             parts = [f"r{r['rank']} {_progress(r)}" for r in snapshot["ranks"] if _progress(r)]
+            data = data_line(snapshot.get("data"))
+            parts += [data] if data else []
             if parts:
                 self._print(f"[torchdist] {snapshot['elapsed_s']:.0f}s  " + " | ".join(parts))
 

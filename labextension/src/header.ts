@@ -5,6 +5,7 @@ import { el, isObject, token } from './dom';
 import { clip, clock, duration, num, str } from './format';
 import { ILiveOptions, IN_FLIGHT, P, STATE_ORDER, STATUS_LABEL, StopState } from './model';
 import { IRankSnapshot, IRunSnapshot } from './types';
+import { dataLine } from './usage';
 
 function stopControl(status: string, stop: StopState): HTMLElement | null {
   if (!IN_FLIGHT.includes(status)) {
@@ -106,6 +107,10 @@ export function header(
   head.appendChild(topLine(snap, ranks, live));
   if (str(snap.headline)) {
     head.appendChild(el('div', `${P}-headline`, str(snap.headline)));
+  }
+  const data = dataLine(snap.data);
+  if (data) {
+    head.appendChild(el('div', `${P}-data`, data));
   }
   const notices = Array.isArray(snap.notices) ? snap.notices : [];
   for (const notice of notices) {

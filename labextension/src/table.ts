@@ -5,6 +5,7 @@ import { el, isObject, rankId, token } from './dom';
 import { clip, clock, count, DASH, duration, metric, num, rate, str } from './format';
 import { ILiveOptions, LOSS_KEYS, P, RANK_FINAL } from './model';
 import { IRankSnapshot } from './types';
+import { inputBound, usageCell, usageColumns } from './usage';
 
 /** Metric entries with the loss first, then the rest in their given order. */
 function orderedMetrics(metrics: unknown): Array<[string, unknown]> {
@@ -109,6 +110,19 @@ interface IRowMarks {
   root: boolean;
   picked: boolean;
   showExit: boolean;
+  usage: string[];
+}
+
+function usageCells(r: IRankSnapshot, columns: string[], row: HTMLElement): void {
+  for (const column of columns) {
+    const cell = el('td', `${P}-num ${P}-usage`, usageCell(r, column));
+    cell.dataset.col = column;
+    if (column === 'Input wait' && inputBound(r)) {
+      cell.classList.add(`${P}-inputBound`);
+      cell.title = 'This rank waits for data more than 30% of the time';
+    }
+    row.appendChild(cell);
+  }
 }
 
 function rankRow(r: IRankSnapshot, marks: IRowMarks, live: ILiveOptions | null): HTMLElement {
@@ -127,6 +141,7 @@ function rankRow(r: IRankSnapshot, marks: IRowMarks, live: ILiveOptions | null):
   row.appendChild(stateCell);
   row.appendChild(progressCell(r));
   row.appendChild(el('td', `${P}-num ${P}-rate`, rate(r.rate)));
+  usageCells(r, marks.usage, row);
   row.appendChild(metricsCell(r, live));
   row.appendChild(el('td', `${P}-num ${P}-rankElapsed`, rankElapsed(r, live)));
   if (marks.showExit) {
@@ -136,13 +151,14 @@ function rankRow(r: IRankSnapshot, marks: IRowMarks, live: ILiveOptions | null):
   return row;
 }
 
-function headRow(showExit: boolean): HTMLElement {
+function headRow(showExit: boolean, usage: string[]): HTMLElement {
   const columns: Array<[string, string]> = [
     ['Rank', 'num'],
     ['Host', ''],
     ['State', ''],
     ['Progress', ''],
     ['Rate', 'num'],
+    ...usage.map(u => [u, 'num'] as [string, string]),
     ['Metrics', ''],
     ['Elapsed', 'num'],
     ...(showExit ? [['Exit', 'num'] as [string, string]] : []),
@@ -168,11 +184,12 @@ export function rankTable(
   wrap.dataset.k = 'table';
   const table = el('table', `${P}-table`);
   const showExit = ranks.some(r => exitText(r) !== DASH);
-  table.appendChild(headRow(showExit));
+  const usage = usageColumns(ranks);
+  table.appendChild(headRow(showExit, usage));
   const body = el('tbody');
   ranks.forEach((r, i) => {
     const id = rankId(r, i);
-    const marks = { id, root: id === rootRank, picked: id === selected, showExit };
+    const marks = { id, root: id === rootRank, picked: id === selected, showExit, usage };
     body.appendChild(rankRow(r, marks, live));
   });
   table.appendChild(body);
