@@ -118,6 +118,7 @@ class DataService:
         args = dict(first["args"])
         args["columns"] = tuple(args["columns"]) if args.get("columns") else None
         workers = self.workers or default_workers(df.sparkSession, self.world, self.ranks_in_slots, _held())
+        free = _free_slots(df.sparkSession, self.ranks_in_slots)
         spec = ProducerSpec(
             secret=self.secret, addresses=tuple(tuple(epoch.opens[r]["address"]) for r in range(self.world)),
             pins=tuple(epoch.opens[r].get("pin") for r in range(self.world)),
@@ -125,7 +126,8 @@ class DataService:
             transform=first.get("transform"), transform_name=str(first.get("transform_name") or "transform"),
             shuffle=bool(args["shuffle"]), seed=int(args["seed"]), epoch=int(args["epoch"]),
             sources=_sources(epoch.opens))
-        return JobSetup(df, self.world, workers, args, spec, f"jupyter-torchdist-data-{self.run_id}-{epoch.seq}")
+        return JobSetup(df, self.world, workers, args, spec, f"jupyter-torchdist-data-{self.run_id}-{epoch.seq}",
+                        pipeline=free >= 2 * workers)
 
     def _start(self, epoch: _Epoch) -> None:
         from .job import DataJob
@@ -186,3 +188,10 @@ def _held() -> int:
     from ..launchers.spark import held_slots
 
     return held_slots()
+
+
+def _free_slots(session: Any, ranks_in_slots: int) -> int:
+    """Task slots the data job can use beside the ranks (and kept ranks)."""
+    from ..launchers.spark_session import slots_available
+
+    return slots_available(session) - _held() - ranks_in_slots

@@ -1,0 +1,199 @@
+"""Issue 12: preprocessing offloaded to Spark executors while the ranks train, side by side in one run.
+
+    python benchmarks/bench_data.py [--rows 1536] [--batch 16] [--step-ms 100] [--rounds 2]
+
+Synthetic 3x64x64 float images (a DataFrame made by Spark tasks), a CPU-heavy transform (the blur repeated
+until one batch takes about one training step on one core), and a training step whose compute is a
+stand-in accelerator (a fixed sleep and a tiny all_reduce), so that 2 cores can show what offloading
+does. 2 ranks. Modes:
+
+  (a) inline      jt.batches without a transform; the blur in the rank's own loop
+  (b) dataloader  a torch DataLoader in each rank (1 worker process each) making and blurring its share
+  (c) offloaded   jt.batches(..., transform=blur) with 2 data workers (Spark tasks)
+  (d) ray         Ray Train's TorchTrainer (2 workers) + Ray Data map_batches(blur) + iter_torch_batches
+  (e) petastorm   make_spark_converter, when it can be imported next to this pyspark
+
+Measured per mode: steady steps/s (after the first two batches, mean over ranks), time to the first batch
+(from the start of the rank's function), and each rank's peak RSS; then the rank's peak RSS of (c) with
+the dataset 10 times larger (no transform, no sleep: the data plane as fast as it goes). Targets:
+(c) >= 1.8 x (a); (c) >= (d); peak RSS flat (10x data within 1.25x).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import common
+
+import data_jobs as J
+
+common.register_by_value(J)
+
+
+def parse_args() -> argparse.Namespace:
+    ap = common.parser(__doc__)
+    ap.add_argument("--rows", type=int, default=1536)
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--step-ms", type=float, default=100.0)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--modes", default="inline,dataloader,offloaded,ray,petastorm")
+    return ap.parse_args()
+
+
+def calibrate(batch: int, step_s: float) -> tuple[int, float]:
+    """Blur passes making one batch's transform take about one step on one core; (passes, seconds)."""
+    import numpy as np
+
+    x = np.random.default_rng(0).random((batch, 3, J.SIDE, J.SIDE), dtype=np.float32)
+    t0 = time.perf_counter()
+    J.blur(x, 4)
+    per = (time.perf_counter() - t0) / 4
+    times = max(1, round(step_s / per))
+    t0 = time.perf_counter()
+    J.blur(x, times)
+    return times, time.perf_counter() - t0
+
+
+def _summary(values: list[dict[str, Any]]) -> dict[str, float]:
+    return {"steps_per_s": sum(v["steps_per_s"] for v in values) / len(values),
+            "first_batch_s": max(v["first_batch_s"] for v in values),
+            "peak_rss_mb": max(v["peak_rss_mb"] for v in values), "steps": values[0]["steps"]}
+
+
+def run_ours(mode: str, df: Any, args: argparse.Namespace, passes: int) -> dict[str, float]:
+    import jupyter_torchdist as jt
+
+    step_s = args.step_ms / 1000
+    if mode == "dataloader":
+        values = jt.run(J.train_dataloader, args.rows, args.batch, step_s, passes, 1, n=2, all_ranks=True)
+    else:
+        values = jt.run(J.train_batches, df, args.batch, step_s, passes, mode == "inline", n=2, all_ranks=True,
+                        data_workers=2)
+    return _summary(values)
+
+
+def run_ray(args: argparse.Namespace, passes: int) -> dict[str, float]:
+    import ray
+    from ray.train import DataConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
+
+    if not ray.is_initialized():
+        # the training workers only sleep: they take a resource of their own, leaving both CPUs to Ray Data
+        ray.init(num_cpus=2, resources={"trainer": 2}, include_dashboard=False, log_to_driver=False,
+                 configure_logging=False)
+    blur = J.blur_transform(passes)
+
+    def make(batch: dict[str, Any]) -> dict[str, Any]:
+        import numpy as np
+
+        return {"img": np.stack([J.image(int(i)) for i in batch["id"]]), "label": batch["id"] % 10}
+
+    def transform(batch: dict[str, Any]) -> dict[str, Any]:
+        import pandas as pd
+
+        return blur(pd.DataFrame({"img": list(batch["img"]), "label": batch["label"]}))
+
+    ds = ray.data.range(args.rows).map_batches(make, batch_size=args.batch).map_batches(transform,
+                                                                                         batch_size=args.batch)
+    out = tempfile.mkdtemp(prefix="bench-data-ray-")
+    trainer = TorchTrainer(J.ray_loop, train_loop_config={"batch": args.batch, "step_s": args.step_ms / 1000,
+                                                          "out": out},
+                           scaling_config=ScalingConfig(num_workers=2, resources_per_worker={"trainer": 1, "CPU": 0}),
+                           datasets={"train": ds}, dataset_config=DataConfig())
+    trainer.fit()
+    values = []
+    for name in sorted(os.listdir(out)):
+        with open(os.path.join(out, name)) as f:
+            values.append(json.load(f))
+    shutil.rmtree(out, ignore_errors=True)
+    return _summary(values)
+
+
+def run_petastorm() -> str:
+    try:
+        from petastorm.spark import make_spark_converter  # noqa: F401
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return "importable, but not run here (see the script)"
+
+
+def memory_flat(spark: Any, args: argparse.Namespace) -> dict[str, float]:
+    """The rank's peak RSS reading the dataset, and 10 times the dataset (raw data, no step time)."""
+    import jupyter_torchdist as jt
+
+    out = {}
+    for scale in (1, 10):
+        df = J.images_df(spark, args.rows * scale, 8)
+        values = jt.run(J.train_batches, df, args.batch, 0.0, 0, False, n=2, all_ranks=True, data_workers=2)
+        out[f"x{scale}"] = _summary(values)["peak_rss_mb"]
+    return out
+
+
+def measure(args: argparse.Namespace, spark: Any, passes: int) -> dict[str, list[dict[str, float]]]:
+    df = J.images_df(spark, args.rows, 8)
+    modes = [m for m in args.modes.split(",") if m in ("inline", "dataloader", "offloaded", "ray")]
+    results: dict[str, list[dict[str, float]]] = {m: [] for m in modes}
+    for r in range(args.rounds):
+        for mode in common.rotated(modes, r):
+            try:
+                got = run_ray(args, passes) if mode == "ray" else run_ours(mode, df, args, passes)
+            except ImportError as exc:
+                print(f"  {mode}: skipped ({exc})", flush=True)
+                continue
+            results[mode].append(got)
+            print(f"  round {r} {mode}: {got['steps_per_s']:.2f} steps/s, first batch {got['first_batch_s']:.2f} s, "
+                  f"peak RSS {got['peak_rss_mb']:.0f} MB", flush=True)
+    return results
+
+
+def report(results: dict[str, list[dict[str, float]]], memory: dict[str, float], petastorm: str) -> dict[str, Any]:
+    med = {m: {k: common.median([x[k] for x in xs]) for k in ("steps_per_s", "first_batch_s", "peak_rss_mb")}
+           for m, xs in results.items() if xs}
+    base = med.get("inline", {}).get("steps_per_s", float("nan"))
+    rows = [[m, f"{v['steps_per_s']:.2f}", f"{v['steps_per_s'] / base:.2f}x", f"{v['first_batch_s']:.2f}",
+             f"{v['peak_rss_mb']:.0f}"] for m, v in med.items()]
+    rows.append(["petastorm", "-", "-", "-", petastorm[:90]])
+    print(common.table(["mode", "steps/s", "vs inline", "first batch s", "rank peak RSS MB"], rows))
+    ours = med.get("offloaded", {}).get("steps_per_s", float("nan"))
+    ray = med.get("ray", {}).get("steps_per_s", float("nan"))
+    kv = {"offloaded_over_inline": ours / base, "offloaded_over_ray": ours / ray if ray == ray else float("nan"),
+          "rss_x1_mb": memory.get("x1", float("nan")), "rss_x10_mb": memory.get("x10", float("nan")),
+          "rss_growth": memory.get("x10", float("nan")) / memory.get("x1", float("nan"))}
+    for key, limit, better in (("offloaded_over_inline", 1.8, "high"), ("offloaded_over_ray", 1.0, "high"),
+                               ("rss_growth", 1.25, "low")):
+        value = kv[key]
+        met = value >= limit if better == "high" else value <= limit
+        print(f"target {key} {'>=' if better == 'high' else '<='} {limit}: {value:.3f} {'MET' if met else 'MISSED'}")
+    return {"medians": med, "kv": kv}
+
+
+def main() -> None:
+    args = parse_args()
+    started = time.perf_counter()
+    info = common.begin("bench_data: preprocessing in the rank vs offloaded to Spark executors vs Ray Data")
+    passes, seconds = calibrate(args.batch, args.step_ms / 1000)
+    print(f"transform: {passes} blur passes = {seconds * 1000:.0f} ms per batch of {args.batch} on one core; "
+          f"step {args.step_ms:.0f} ms; {args.rows} rows; 2 ranks", flush=True)
+    from jupyter_torchdist.launchers.spark_session import get_session
+
+    common.warm_up()
+    spark, _ = get_session()
+    results = measure(args, spark, passes)
+    memory = memory_flat(spark, args)
+    print(f"rank peak RSS reading {args.rows} rows: {memory['x1']:.0f} MB; "
+          f"{args.rows * 10} rows: {memory['x10']:.0f} MB")
+    out = report(results, memory, run_petastorm())
+    common.finish("bench_data", {"machine": info, "args": vars(args), "passes": passes, "transform_s": seconds,
+                                 "results": results, "memory": memory, **out}, started, out["kv"])
+
+
+if __name__ == "__main__":
+    main()
