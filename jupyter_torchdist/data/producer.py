@@ -2,16 +2,19 @@
 
 ``producer(spec)`` is the function ``mapInArrow`` calls with the partition's Arrow batches. It reads the
 piece's rows (stopping at its end), shuffles them within blocks, cuts them into the plan's fragments, runs
-the user's transform on each fragment, and streams each to its rank (``transport``, ``codec``). The piece
+the user's transform on each fragment (on a thread of lower CPU priority, one fragment ahead of the sending),
+and streams each to its rank (``transport``, ``codec``). The piece
 to run comes in a local property of the job (``PIECE_PROPERTY``): one mapped DataFrame serves a whole
 epoch. It yields one status row; a transform's exception is a status, not a task failure, so Spark does
 not retry what would fail again, and the kernel can say which transform failed on which rows.
 """
 from __future__ import annotations
 
+import itertools
 import json
 import linecache
 import os
+import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator
@@ -29,6 +32,7 @@ from .transport import connect_to_rank
 __all__ = ["ProducerSpec", "producer", "PIECE_PROPERTY", "STATUS_SCHEMA"]
 
 PIECE_PROPERTY = "jupyter_torchdist.data.piece"
+TRANSFORM_NICE = 10  # the transform's thread runs at this niceness: training first, then data
 _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STATUS_SCHEMA = "status string"
 
@@ -110,30 +114,58 @@ def _columns(transform: Callable[[Any], Any] | None, table: Any) -> dict[str, An
     return output_columns(transform(table.to_pandas()), table.num_rows)
 
 
-def _fragments(spec: ProducerSpec, piece: dict[str, Any], batches: Iterator[Any],
-               transform: Callable[[Any], Any] | None, stats: dict[str, float]) -> None:
-    """Send every fragment of the piece, in order."""
+def _lower_priority() -> None:
+    """The transform's thread yields to the ranks' training loops on a shared host (only this thread, which
+    ends with the task: the reused Python worker keeps its own priority)."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), TRANSFORM_NICE)
+    except (AttributeError, OSError):
+        pass
+
+
+def _tables(piece: dict[str, Any], blocks: Iterator[Any]) -> Iterator[tuple[list[int], Any]]:
+    """Each fragment of the piece with its rows, in order."""
     import pyarrow as pa
 
-    senders, blocks = _Senders(spec, piece["id"]), _blocks(batches, piece, spec)
     pending, held = [], 0
+    for fragment in piece["fragments"]:
+        rows = fragment[4]
+        while held < rows:
+            block = next(blocks)
+            pending.append(block)
+            held += block.num_rows
+        table = pa.concat_tables(pending)
+        rest = table.slice(rows)
+        pending, held = [rest], rest.num_rows
+        yield fragment, table.slice(0, rows)
+
+
+def _prepare(transform: Callable[[Any], Any] | None, table: Any, stats: dict[str, float]) -> list[Any]:
+    start = time.monotonic()
+    chunks = encode(_columns(transform, table))
+    stats["transform_s"] += time.monotonic() - start
+    return chunks
+
+
+def _fragments(spec: ProducerSpec, piece: dict[str, Any], batches: Iterator[Any],
+               transform: Callable[[Any], Any] | None, stats: dict[str, float]) -> None:
+    """Send every fragment of the piece, in order; the next one is transformed while this one is sent."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    senders = _Senders(spec, piece["id"])
+    pool = ThreadPoolExecutor(1, thread_name_prefix="jtd-transform", initializer=_lower_priority)
     try:
-        for rank, step, index, of, rows in piece["fragments"]:
-            while held < rows:
-                block = next(blocks)
-                pending.append(block)
-                held += block.num_rows
-            table = pa.concat_tables(pending)
-            start = time.monotonic()
-            columns = _columns(transform, table.slice(0, rows))
-            stats["transform_s"] += time.monotonic() - start
-            rest = table.slice(rows)
-            pending, held = [rest], rest.num_rows
-            chunks = encode(columns)
+        tables = _tables(piece, _blocks(batches, piece, spec))
+        ahead = [(f, pool.submit(_prepare, transform, t, stats)) for f, t in itertools.islice(tables, 1)]
+        while ahead:
+            (rank, step, index, of, rows), future = ahead.pop(0)
+            ahead += [(f, pool.submit(_prepare, transform, t, stats)) for f, t in itertools.islice(tables, 1)]
+            chunks = future.result()
             body = sum(len(c) if isinstance(c, bytes) else c.nbytes for c in chunks)
             senders.send(rank, Header(spec.feeds[rank], step, index, of, rows, body), chunks)
             stats["rows"] += rows
     finally:
+        pool.shutdown(wait=True, cancel_futures=True)
         senders.close()
 
 
