@@ -143,11 +143,24 @@ def alive(pids: set[int]) -> set[int]:
     return {pid for pid in pids if process_alive(pid)}
 
 
-def start(workdir: Path, workers: int = 2) -> Cluster:
+def _fake_gpus(workdir: Path, env: dict[str, str], gpus: int) -> None:
+    """Workers that declare ``gpus`` GPUs (a discovery script naming them): Spark schedules them like real
+    ones, which is all a placement test needs (the ranks train on the CPU)."""
+    script = workdir / "gpus.sh"
+    addresses = ", ".join(f'"{i}"' for i in range(gpus))
+    script.write_text(f'#!/bin/sh\necho \'{{"name": "gpu", "addresses": [{addresses}]}}\'\n')
+    script.chmod(0o755)
+    env["SPARK_WORKER_OPTS"] += (f" -Dspark.worker.resource.gpu.amount={gpus}"
+                                 f" -Dspark.worker.resource.gpu.discoveryScript={script}")
+
+
+def start(workdir: Path, workers: int = 2, cores: int = 1, gpus: int = 0) -> Cluster:
     t0 = time.monotonic()
     (workdir / "conf").mkdir(parents=True, exist_ok=True)
     (workdir / "local").mkdir(exist_ok=True)
     env = spark_env(workdir)
+    if gpus:
+        _fake_gpus(workdir, env, gpus)
     deadline = time.monotonic() + START_TIMEOUT_S
     c = Cluster(url="", workdir=workdir)
     try:
@@ -158,7 +171,7 @@ def start(workdir: Path, workers: int = 2) -> Cluster:
         for i in range(workers):
             (workdir / f"work-{i}").mkdir(exist_ok=True)
             c.procs.append(_start("org.apache.spark.deploy.worker.Worker",
-                                  ["--host", "127.0.0.1", "--port", "0", "--webui-port", "0", "--cores", "1",
+                                  ["--host", "127.0.0.1", "--port", "0", "--webui-port", "0", "--cores", str(cores),
                                    "--memory", "1g", "--work-dir", str(workdir / f"work-{i}"), c.url],
                                   workdir / f"worker-{i}.log", env))
         for i in range(workers):

@@ -1,7 +1,7 @@
 """Runs in the kernel: one epoch's data job on the DataFrame's own SparkSession.
 
 Count the rows of each partition (once per DataFrame and column set: counting needs no transform, and
-Spark prunes the columns it does not need), plan the epoch (``plan``), then run one **lane** per data
+reads no data column Spark can skip), plan the epoch (``plan``), then run one **lane** per data
 worker: a thread that submits its pieces one Spark job at a time (``producer`` runs in each task). One
 task per lane at a time is what makes the epoch deadlock-free whatever order Spark runs tasks in: a lane's
 pieces send in increasing step order, so the oldest undelivered batch always has a task running or next.
@@ -27,7 +27,7 @@ from ..contract import Inbound
 from .plan import EpochPlan, Piece, plan_epoch
 from .producer import PIECE_PROPERTY, STATUS_SCHEMA, ProducerSpec, producer
 
-__all__ = ["DataJob", "JobSetup", "default_workers", "ATTEMPTS"]
+__all__ = ["DataJob", "JobSetup", "default_workers", "data_slots", "ATTEMPTS"]
 
 ATTEMPTS: Final = 3
 _counts: dict[tuple[int, tuple[str, ...] | None, int], tuple[Any, list[int]]] = {}
@@ -56,16 +56,11 @@ def _local_cores(master: str) -> int | None:
     return cores if first == "*" else min(cores, int(first)) if first.isdigit() else cores
 
 
-def default_workers(session: Any, ranks: int, ranks_in_slots: int, held: int) -> int:
-    """The session's task slots beyond the ranks' (on a local master: its cores beyond the ranks'), >= 1.
-
-    ``ranks_in_slots``: the run's ranks that take task slots not already counted in ``held`` (kept ranks'
-    slots are held; ``--local`` ranks take none)."""
-    from ..launchers.spark_session import slots_available
-
+def default_workers(session: Any, ranks: int, free: int) -> int:
+    """The session's task slots beyond the ranks' (``free``); on a local master, its cores beyond the ranks'.
+    At least 1."""
     cores = _local_cores(session.sparkContext.master)
-    free = (cores - ranks) if cores is not None else slots_available(session) - held - ranks_in_slots
-    return max(1, free)
+    return max(1, (cores - ranks) if cores is not None else free)
 
 
 def _source(df: Any, columns: tuple[str, ...] | None, workers: int) -> Any:
@@ -76,21 +71,48 @@ def _source(df: Any, columns: tuple[str, ...] | None, workers: int) -> Any:
     return source.coalesce(4 * workers) if parts > 8 * workers else source
 
 
-def _partition_counts(df: Any, source: Any, key: tuple[int, tuple[str, ...] | None, int]) -> list[int]:
+def _count_rows(batches: Any) -> Any:
+    """mapInArrow: this partition's (index, rows)."""
+    import pyarrow as pa
+    from pyspark import TaskContext
+
+    rows = sum(batch.num_rows for batch in batches)
+    ctx = TaskContext.get()
+    yield pa.RecordBatch.from_pydict({"p": [ctx.partitionId() if ctx else -1], "n": [rows]},
+                                     schema=pa.schema([("p", pa.int64()), ("n", pa.int64())]))
+
+
+def _partition_counts(df: Any, source: Any, key: tuple[int, tuple[str, ...] | None, int], conf: dict[str, str]) \
+        -> list[int]:
+    """Rows per partition of ``source``, once per DataFrame and column set. Only a literal is selected, so
+    Spark reads no data column it need not; the count runs with the data job's own task profile."""
     from pyspark.sql import functions as F
 
     with _counts_lock:
         cached = _counts.get(key)
         if cached is not None and cached[0] is df:
             return cached[1]
-    parts = source.rdd.getNumPartitions()
-    rows = source.select(F.spark_partition_id().alias("p")).groupBy("p").count().collect()
-    counts = [0] * parts
-    for row in rows:
-        counts[int(row["p"])] = int(row["count"])
+    counted = source.select(F.lit(1).alias("one")).mapInArrow(_count_rows, "p long, n long")
+    counts = [0] * key[2]
+    for row in _resources(counted.rdd, conf).collect():
+        counts[int(row["p"])] = int(row["n"])
     with _counts_lock:
         _counts[key] = (df, counts)
     return counts
+
+
+def data_slots(session: Any) -> int:
+    """Task slots a data task can use: with GPU scheduling, every core of every executor (data tasks ask for
+    no GPU); otherwise the session's task slots."""
+    from ..launchers.spark_session import conf_of, slots_available
+
+    sc = session.sparkContext
+    conf = conf_of(sc)
+    if not conf.get("spark.task.resource.gpu.amount") or sc.master.startswith("local"):
+        return slots_available(session)
+    executors = max(0, int(sc._jsc.sc().getExecutorMemoryStatus().size()) - 1)  # less the driver
+    cores = int(conf.get("spark.executor.cores", "1") or 1) // max(1, int(conf.get("spark.task.cpus", "1") or 1))
+    return executors * cores
 
 
 def _resources(rdd: Any, conf: dict[str, str]) -> Any:
@@ -149,7 +171,7 @@ class DataJob:
 
     def _start(self, s: JobSetup, a: dict[str, Any], submit_job: Any, conf: dict[str, str]) -> EpochPlan:
         source = _source(s.df, a["columns"], s.workers)
-        counts = _partition_counts(s.df, source, (id(s.df), a["columns"], source.rdd.getNumPartitions()))
+        counts = _partition_counts(s.df, source, (id(s.df), a["columns"], source.rdd.getNumPartitions()), conf)
         plan = plan_epoch(counts, s.world, a["batch_size"], lanes=s.workers, shuffle=a["shuffle"], seed=a["seed"],
                           epoch=a["epoch"], drop_last=a["drop_last"])
         mapped = source.mapInArrow(producer(s.spec), STATUS_SCHEMA)

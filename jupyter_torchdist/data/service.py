@@ -117,8 +117,9 @@ class DataService:
                              "run the data job yet")
         args = dict(first["args"])
         args["columns"] = tuple(args["columns"]) if args.get("columns") else None
-        workers = self.workers or default_workers(df.sparkSession, self.world, self.ranks_in_slots, _held())
         free = _free_slots(df.sparkSession, self.ranks_in_slots)
+        _check_slots(free, self.workers, df.sparkSession.sparkContext.master)
+        workers = self.workers or min(free, default_workers(df.sparkSession, self.world, free))
         spec = ProducerSpec(
             secret=self.secret, addresses=tuple(tuple(epoch.opens[r]["address"]) for r in range(self.world)),
             pins=tuple(epoch.opens[r].get("pin") for r in range(self.world)),
@@ -190,8 +191,19 @@ def _held() -> int:
     return held_slots()
 
 
+def _check_slots(free: int, asked: int | None, master: str) -> None:
+    """Every data worker needs a task slot of its own at once (a worker waiting for a slot that a blocked
+    worker holds would stall the epoch for good): refuse up front, saying what to change."""
+    if free < 1:
+        raise SetupError(f"the SparkSession ({master}) has no task slot left for a data worker beside the ranks: "
+                         "give it more slots (more executors or cores; local[N] with a larger N) or run fewer ranks")
+    if asked is not None and asked > free:
+        raise SetupError(f"--data-workers {asked} needs {asked} free task slots beside the ranks, but the "
+                         f"SparkSession ({master}) has {free}: ask for at most {free}, or give it more slots")
+
+
 def _free_slots(session: Any, ranks_in_slots: int) -> int:
     """Task slots the data job can use beside the ranks (and kept ranks)."""
-    from ..launchers.spark_session import slots_available
+    from .job import data_slots
 
-    return slots_available(session) - _held() - ranks_in_slots
+    return data_slots(session) - _held() - ranks_in_slots
