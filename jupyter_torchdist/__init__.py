@@ -15,7 +15,7 @@ from .data import DataError
 from .data.batches import batches
 from .errors import (CaptureError, DistributeError, LaunchError, OptionsError, RunError, RunFailed, RunInterrupted,
                      RunTimeout)
-from .kernel.api import run, run_detailed
+from .kernel.api import run, run_detailed, spark_session
 from .kernel.kept import KeptInfo, Ranks
 from .kernel.kept_magic import kept
 from .kernel.result import RunResult
@@ -27,7 +27,7 @@ from .rank.api import (barrier, device, is_main, local_rank, local_world_size, m
 __version__ = "0.1.0"
 
 __all__ = [
-    "run", "run_detailed", "last_run", "RunResult", "TorchDistributor", "Ranks", "KeptInfo", "kept",
+    "run", "run_detailed", "last_run", "RunResult", "TorchDistributor", "Ranks", "KeptInfo", "kept", "spark_session",
     "report", "rank", "local_rank", "world_size", "local_world_size", "is_main", "device", "barrier",
     "main_first", "on_main", "batches", "DataError",
     "DistributeError", "OptionsError", "LaunchError", "CaptureError", "RunError", "RunFailed", "RunTimeout",

@@ -170,7 +170,7 @@ class DataStatusMsg(TypedDict):
     t: str
     workers: int              # data workers (lanes) of the epoch
     active: int               # ... that still have pieces to make
-    running: int              # ... with a task running at this moment
+    running: int              # ... with a Spark task running at this moment
     rows: int                 # rows the data workers have sent this cell
 
 

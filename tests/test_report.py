@@ -276,7 +276,7 @@ def _with_usage(snap: dict, waits=(0.12, 0.55), gpu=False) -> dict:
     for r, wait in zip(snap["ranks"], waits):
         r["usage"] = {"cpu_pct": 97.4, "rss": 812 << 20, "gpu_util": 85.0 if gpu else None,
                       "gpu_mem": (3 << 30) if gpu else None, "input_wait": wait, "rows": 640, "rows_per_s": 320.0}
-    snap["data"] = {"workers": 2, "active": 1, "running": 1, "rows": 1280, "rows_per_s": 640.0}
+    snap["data"] = {"workers": 2, "active": 1, "running": 1, "rows": 1280, "rows_per_s": 640.0, "seconds": 2.5}
     return snap
 
 
@@ -294,6 +294,9 @@ def test_usage_columns_and_the_data_line_in_text_and_html():
     assert markup.count("font-weight:600\">55%") == 1, "the input-bound rank's wait stands out"
     gpu = report_text(_with_usage(_snap(2), gpu=True))
     assert "85% · 3.0 GB" in gpu
+    over = _with_usage(_snap(2))
+    over["data"].update(active=0, running=0)
+    assert "data: 2 workers · 1,280 rows in 2.5 s (512 rows/s)" in report_text(over), "the end: totals, mean rate"
 
 
 def test_a_run_without_usage_or_data_has_no_such_columns():

@@ -152,7 +152,7 @@ class DataJob:
         self._lock = threading.Lock()
         self._lanes = 0
         self._left: dict[int, int] = {}  # per lane: its task streams still running (2 when pipelined)
-        self._running = 0
+        self._running: dict[int, int] = {}  # per lane: its tasks running now (up to 2 when pipelined)
         self._rows = 0
         self._ended = threading.Event()
         self._rdd: Any = None
@@ -186,16 +186,16 @@ class DataJob:
         return plan
 
     # -- lanes -------------------------------------------------------------------------------------------
-    def _status(self, running: int = 0, rows: int = 0) -> None:
+    def _status(self, lane: int, running: int = 0, rows: int = 0) -> None:
         with self._lock:
-            self._running += running
+            self._running[lane] = self._running.get(lane, 0) + running
             self._rows += rows
             active = sum(1 for left in self._left.values() if left)
-            msg = {"t": C.DATA_STATUS, "workers": self._lanes, "active": active, "running": self._running,
-                   "rows": self._rows}
+            msg = {"t": C.DATA_STATUS, "workers": self._lanes, "active": active,
+                   "running": sum(1 for n in self._running.values() if n), "rows": self._rows}
         self.inbox.put(Inbound(-1, C.BACKEND, msg))
 
-    def _run_piece(self, sc: Any, piece: Piece) -> dict[str, Any]:
+    def _run_piece(self, sc: Any, lane: int, piece: Piece) -> dict[str, Any]:
         """One Spark job for one piece, retried when its task is lost; its status."""
         last = ""
         for _ in range(ATTEMPTS):
@@ -204,7 +204,7 @@ class DataJob:
             fragments = [[f.rank, f.step, f.index, f.of, f.rows] for f in piece.fragments]
             sc.setLocalProperty(PIECE_PROPERTY, json.dumps({"id": piece.id, "partition": piece.partition,
                                                             "lo": piece.lo, "hi": piece.hi, "fragments": fragments}))
-            self._status(running=1)
+            self._status(lane, running=1)
             try:
                 return dict(json.loads(_run_partition(sc, self._rdd, piece.partition)))
             except Exception as exc:
@@ -212,7 +212,7 @@ class DataJob:
 
                 last = error_summary(exc)
             finally:
-                self._status(running=-1)
+                self._status(lane, running=-1)
         return {"error": f"the data task for partition {piece.partition} failed {ATTEMPTS} times; the last "
                          f"error: {last.splitlines()[0] if last else 'unknown'}", "traceback": last, "user": False}
 
@@ -222,21 +222,21 @@ class DataJob:
         try:
             sc.setJobGroup(self.setup.group, "jupyter-torchdist data", interruptOnCancel=True)
             for piece in pieces:
-                status = self._run_piece(sc, piece)
+                status = self._run_piece(sc, lane, piece)
                 if status.get("cancelled") or self.cancelled.is_set():
                     return
                 if "error" in status:
                     self.on_error(str(status["error"]), str(status.get("traceback", "")))
                     self.cancel()
                     return
-                self._status(rows=int(status.get("rows", 0)))
+                self._status(lane, rows=int(status.get("rows", 0)))
         finally:
             for key in (PIECE_PROPERTY, "spark.jobGroup.id"):
                 sc.setLocalProperty(key, None)
             with self._lock:
                 self._left[lane] -= 1
                 done = not any(self._left.values())
-            self._status()
+            self._status(lane)
             if done:
                 self._ended.set()
 

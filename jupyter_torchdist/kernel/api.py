@@ -9,7 +9,7 @@ from ..views import RunView
 from .result import RunResult
 from .run import Work, launch
 
-__all__ = ["run", "run_detailed"]
+__all__ = ["run", "run_detailed", "spark_session"]
 
 
 def run_detailed(fn: Callable[..., Any], *args: Any, n: int = 2, gpu: bool = False, local: bool = False,
@@ -31,3 +31,12 @@ def run(fn: Callable[..., Any], *args: Any, n: int = 2, gpu: bool = False, local
     """
     return run_detailed(fn, *args, n=n, gpu=gpu, local=local, timeout=timeout, all_ranks=all_ranks,
                         data_workers=data_workers, **kwargs).value
+
+
+def spark_session() -> Any:
+    """The SparkSession runs use: the notebook's active one, or the embedded local one (started if need be,
+    after ``%load_ext``'s warm-up). Build the DataFrames you train on with it; it is the active session."""
+    from ..launchers.spark_session import get_session, wait_for_warm_up
+
+    wait_for_warm_up()
+    return get_session()[0]

@@ -15,7 +15,7 @@ from typing import Any, Callable, Final
 from .. import contract as C
 from ..errors import RankFailure, RunError, RunFailed, RunInterrupted, RunTimeout, is_secondary, root_cause
 from ..views.schema import LOSS_KEYS, RunSnapshot
-from .usage import DataStats, RankUsage, fold_data_status, fold_usage, input_notice
+from .usage import DataStats, RankUsage, data_over, fold_data_status, fold_usage, input_notice
 
 __all__ = ["RankState", "RunState", "HANDLERS", "LOG_TAIL", "HISTORY_POINTS"]
 
@@ -297,6 +297,7 @@ class RunState:
     def conclude(self, at: float, *, timeout: float | None, value_needed: bool) -> RunError | None:
         """Set the final status and headline; return the error to raise, or None when it succeeded."""
         self.ended_at = self.now = at
+        data_over(self.data)
         error = self._outcome(timeout, value_needed)
         self.status = {RunTimeout: "timeout", RunInterrupted: "interrupted"}.get(type(error), "failed") \
             if error is not None else "succeeded"

@@ -9,7 +9,7 @@ from typing import Any, Final
 
 from ..views.schema import DataSnapshot, UsageSnapshot
 
-__all__ = ["RankUsage", "DataStats", "fold_usage", "fold_data_status", "input_notice", "INPUT_BOUND",
+__all__ = ["RankUsage", "DataStats", "fold_usage", "fold_data_status", "data_over", "input_notice", "INPUT_BOUND",
            "usage_snapshot", "data_snapshot"]
 
 INPUT_BOUND: Final = 0.30     # ranks waiting for data more than this share of the time are input-bound
@@ -72,6 +72,11 @@ class DataStats:
     rows_sent: int = 0     # rows the latest epoch's workers sent
 
 
+def data_over(d: DataStats) -> None:
+    """The run is over and its data jobs with it (their last status may not have been read)."""
+    d.active = d.running = 0
+
+
 def fold_data_status(d: DataStats, msg: dict[str, Any]) -> None:
     for key, attr in (("workers", "workers"), ("active", "active"), ("running", "running"), ("rows", "rows_sent")):
         value = _num(msg.get(key))
@@ -102,5 +107,7 @@ def data_snapshot(d: DataStats, usages: list[RankUsage]) -> DataSnapshot | None:
     if not fed and not d.workers and not d.rows_sent:
         return None
     rates = [u.rows_per_s for u in fed if u.rows_per_s is not None]
+    spans = [u.data_s for u in fed if u.data_s]
     return {"workers": d.workers, "active": d.active, "running": d.running, "rows": sum(u.rows for u in fed),
-            "rows_per_s": round(sum(rates), 1) if rates else None}
+            "rows_per_s": round(sum(rates), 1) if rates else None,
+            "seconds": round(max(spans), 2) if spans else None}

@@ -32,7 +32,8 @@ class DataSnapshot(TypedDict):
     active: int                 # ... still making batches
     running: int                # ... with a Spark task running at this moment
     rows: int                   # rows the ranks have taken
-    rows_per_s: float | None    # ... per second, all ranks together
+    rows_per_s: float | None    # ... per second, all ranks together, lately
+    seconds: float | None       # since the first batch was asked for
 
 
 class RankSnapshot(TypedDict):

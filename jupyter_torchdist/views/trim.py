@@ -111,7 +111,8 @@ def _trim_data(d: Any) -> DataSnapshot | None:
         return None
     return {"workers": _int(d.get("workers")) or 0, "active": _int(d.get("active")) or 0,
             "running": _int(d.get("running")) or 0,
-            "rows": _int(d.get("rows")) or 0, "rows_per_s": finite(d.get("rows_per_s"))}
+            "rows": _int(d.get("rows")) or 0, "rows_per_s": finite(d.get("rows_per_s")),
+            "seconds": finite(d.get("seconds"))}
 
 
 def _trim_rank(r: Mapping[str, Any], budget: Budget, chars: int, points: int) -> RankSnapshot:

@@ -25,6 +25,7 @@ export interface IDataJob {
   running?: number;
   rows?: number;
   rows_per_s?: number | null;
+  seconds?: number | null;
 }
 
 /** One rank's row. */
