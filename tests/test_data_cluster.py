@@ -56,6 +56,10 @@ DRIVER = textwrap.dedent('''
 
     df = spark.range(0, 200, numPartitions=4).selectExpr("id", "array(cast(id as float)) as img")
     print("RESULT " + json.dumps(jt.run(train, df, n=2, all_ranks=True, data_workers=2)), flush=True)
+    try:
+        jt.run(train, df, n=2, local=True)
+    except jt.RunFailed as exc:
+        print("LOCAL " + json.dumps(str(exc)), flush=True)
     spark.stop()
 ''')
 
@@ -86,6 +90,8 @@ def test_ranks_take_the_gpu_slots_and_data_workers_the_others(gpu_cluster: Clust
     assert None not in [r["me"] for r in ranks] and len({r["me"] for r in ranks}) == 2, ranks
     producers = {e for r in ranks for e in r["producers"]}
     assert producers and None not in producers, "the transform ran in executor JVMs"
+    refused = [ln for ln in done.stdout.splitlines() if ln.startswith("LOCAL ")]
+    assert refused and "drop --local" in refused[0], "--local ranks cannot be fed by a cluster's executors"
     assert time.monotonic() - t0 < 240
     own = {p.pid for p in gpu_cluster.procs}
     deadline = time.monotonic() + 30

@@ -218,3 +218,18 @@ def test_bad_requests_get_clear_errors(spark):
         jt.run(read_epoch, df, 0, n=2)
     with pytest.raises(jt.RunFailed, match="no column 'nope'"):
         jt.run(read_epoch, df, 4, columns=["nope"], n=2)
+
+
+def read_epoch_over_tls(df):
+    from jupyter_torchdist.rank.runtime import current
+
+    out = read_epoch(df, 8)
+    out["tls"] = current().extras["data"].receiver.listener.ssl is not None
+    return out
+
+
+def test_with_channel_tls_the_data_plane_is_tls_too(spark, monkeypatch):
+    pytest.importorskip("cryptography")
+    monkeypatch.setenv("JUPYTER_TORCHDIST_CHANNEL_TLS", "1")
+    values = jt.run(read_epoch_over_tls, _skewed(spark, [48, 48]), n=2, all_ranks=True)
+    assert all(v["tls"] for v in values) and sorted(_all_ids(values)) == list(range(96))

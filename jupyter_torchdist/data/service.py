@@ -61,10 +61,11 @@ class DataService:
     """The kernel's side of ``batches()`` for one run. ``handle`` is called on the supervisor's thread."""
 
     def __init__(self, server: Any, inbox: Any, *, world_size: int, workers: int | None, secret: bytes,
-                 run_id: str, ranks_in_slots: int) -> None:
+                 run_id: str, ranks_in_slots: int, loopback: bool = True) -> None:
         self.server, self.inbox, self.world = server, inbox, world_size
         self.workers, self.secret, self.run_id = workers, secret, run_id
         self.ranks_in_slots = ranks_in_slots  # the run's own unheld task slots (0 for --local and kept ranks)
+        self.loopback = loopback              # the ranks listen on 127.0.0.1: data tasks must run on this host
         self._epochs: dict[int, _Epoch] = {}
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
@@ -112,6 +113,10 @@ class DataService:
         if df is None:
             raise SetupError("batches() got a DataFrame handle this kernel does not know (from another kernel, or "
                              "made before a restart): use the DataFrame in the cell itself")
+        if self.loopback and not df.sparkSession.sparkContext.master.startswith("local"):
+            raise SetupError("these ranks run on the kernel's machine and listen on 127.0.0.1, but the DataFrame's "
+                             "session is a cluster whose executors cannot reach them: run the ranks on the cluster "
+                             "(drop --local)")
         if not hasattr(df, "_jdf"):
             raise SetupError("batches() needs a classic SparkSession's DataFrame: Spark Connect DataFrames cannot "
                              "run the data job yet")

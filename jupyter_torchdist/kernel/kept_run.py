@@ -68,7 +68,8 @@ def _supervise(kept: _KeptSet, state: RunState, view: RunView, options: RunOptio
 
     deadline = None if options.timeout is None else state.started_at + options.timeout
     sup = _NamesSupervisor(state, kept.server, kept.launcher, view, kept.inbox, deadline)
-    sup.data = data_service(options, kept.server, kept.inbox, f"{kept.run_id}-{state.cell}", kept=True)
+    sup.data = data_service(options, kept.server, kept.inbox, f"{kept.run_id}-{state.cell}", kept=True,
+                            loopback=kept.info.loopback)
     return sup
 
 

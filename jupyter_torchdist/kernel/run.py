@@ -73,10 +73,10 @@ def _plan(options: RunOptions, info: LaunchInfo, server: ChannelServer, payload:
 
 
 def data_service(options: RunOptions, server: ChannelServer, inbox: queue.SimpleQueue[Inbound], run_id: str, *,
-                 kept: bool) -> DataService:
+                 kept: bool, loopback: bool) -> DataService:
     """The run's answer to batches() (idle unless a rank asks)."""
     return DataService(server, inbox, world_size=options.n, workers=options.data_workers, secret=server.secret,
-                       run_id=run_id, ranks_in_slots=0 if options.local or kept else options.n)
+                       run_id=run_id, ranks_in_slots=0 if options.local or kept else options.n, loopback=loopback)
 
 
 def _values(options: RunOptions, values: dict[int, Any]) -> Any:
@@ -96,7 +96,7 @@ def execute(payload: bytes, options: RunOptions, launcher: Launcher, view: RunVi
     deadline = None if options.timeout is None else state.started_at + options.timeout
     plan = _plan(options, info, server, payload, filename, source)
     sup = Supervisor(state, server, launcher, view, inbox, deadline)
-    sup.data = data_service(options, server, inbox, plan.run_id, kept=False)
+    sup.data = data_service(options, server, inbox, plan.run_id, kept=False, loopback=info.loopback)
     result = RunResult(value=None, values=sup.values, state=state)
     try:
         view.start(dict(state.snapshot(log_tail=view.log_tail)))
