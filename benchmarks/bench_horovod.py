@@ -7,8 +7,8 @@ The same training loop as bench_throughput (jobs._model: a small MLP on random v
 of one run (``jupyter_torchdist.run(..., n=2, all_ranks=True)``):
 
 - ``ddp``: ``DistributedDataParallel(model)``;
-- ``hvd``: ``hvd.DistributedOptimizer(opt, named_parameters=...)`` as users get it (the join protocol on: a tiny
-  control allreduce before each gradient bucket, so that ``hvd.join()`` works);
+- ``hvd``: ``hvd.DistributedOptimizer(opt, named_parameters=...)`` as users get it (the join protocol on: one
+  tiny control allreduce per round of gradient buckets, so that ``hvd.join()`` works);
 - ``hvd_nojoin``: the same with ``JUPYTER_TORCHDIST_HOROVOD_JOIN=0`` (DDP's exact traffic, no ``join()``).
 
 Each round runs every variant once on a fresh model (the order rotates each round, so drifting load hits every

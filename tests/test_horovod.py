@@ -444,14 +444,15 @@ def _simulate(batches: list[int]) -> list[list[torch.Tensor]]:
     return [snapshots[count] for count in batches]
 
 
-def join_uneven(batches: list[int]) -> dict:
+def join_uneven(batches: list[int], groups: int | None = None) -> dict:
     import torch.distributed as dist
 
     hvd.init()
     r, n = hvd.rank(), hvd.size()
     model = _net()
-    opt = hvd.DistributedOptimizer(_optimizer("sgd", model.parameters()), named_parameters=model.named_parameters())
-    out: dict = {}
+    opt = hvd.DistributedOptimizer(_optimizer("sgd", model.parameters()), named_parameters=model.named_parameters(),
+                                   groups=groups)
+    out: dict = {"buckets": len(opt._hvd_reducer.buckets)}
     for step in range(batches[r]):
         loss = _loss(model, r, step)
         loss.backward()
@@ -477,10 +478,12 @@ def join_uneven(batches: list[int]) -> dict:
     return out
 
 
-@pytest.mark.parametrize("batches", [[2, 4], [1, 3, 2]])
-def test_join_with_uneven_batches(batches):
-    values = jt.run(join_uneven, batches, n=len(batches), **RUN)
+@pytest.mark.parametrize("batches,groups", [([2, 4], None), ([1, 3, 2], None), ([3, 1], 3)])
+def test_join_with_uneven_batches(batches, groups):
+    """A joined rank serves the others' gradient rounds (one control message per round, every bucket replayed)."""
+    values = jt.run(join_uneven, batches, groups, n=len(batches), **RUN)
     n, longest = len(batches), batches.index(max(batches))
+    assert values[0]["buckets"] == (groups or values[0]["buckets"]) and (groups is None or groups > 1)
     for out in values:
         assert out["last"] == longest
         assert torch.equal(out["after"], torch.arange(n))

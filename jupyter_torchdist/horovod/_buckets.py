@@ -15,7 +15,9 @@ from typing import Any
 
 import torch
 
+from ._basics import join_protocol
 from ._compression import Compressor
+from ._control import announce_round, register_round
 from ._errors import HorovodUnsupportedError
 from ._ops import Average, Handle, ReduceOp, start_allreduce
 
@@ -97,6 +99,8 @@ class Reducer:
         self._lock = threading.Lock()
         self._hooks = [p.register_post_accumulate_grad_hook(self._ready)  # type: ignore[no-untyped-call]
                        for b in layout for p in b]
+        self._round = register_round(self._replay)
+        self._announce: Any = None  # this round's control message (join protocol), sent with its first bucket
 
     def rebuilt(self, layout: list[list[torch.Tensor]]) -> Reducer:
         """A reducer with the same options over a new layout; this one's hooks are removed."""
@@ -112,7 +116,7 @@ class Reducer:
         return self._next > 0 or any(left != self.passes for left in self._left.values())
 
     def reset(self) -> None:
-        self._next = 0
+        self._next, self._announce = 0, None
         self._left = {key: self.passes for key in self._where}
         for bucket in self.buckets:
             bucket.pending, bucket.handle, bucket.ctx = len(bucket.params), None, None
@@ -149,7 +153,15 @@ class Reducer:
     def _start(self, bucket: _Bucket) -> None:
         torch.cat([self._grad(p) for p in bucket.params], out=bucket.buffer)
         wire, bucket.ctx = self.compression.compress(bucket.buffer)
-        bucket.handle = start_allreduce(wire, self.op, *self.scale)
+        if self._announce is None and join_protocol():
+            self._announce = announce_round(self._round)  # one control message for every bucket of the round
+        bucket.handle = start_allreduce(wire, self.op, *self.scale, announced=True)
+
+    def _replay(self) -> None:
+        """A rank inside join(): this optimizer's round, every bucket reduced with zeros (in the same order)."""
+        for bucket in self.buckets:
+            wire, _ = self.compression.compress(torch.zeros_like(bucket.buffer))
+            start_allreduce(wire, self.op, announced=True).wait()
 
     def synchronize(self) -> None:
         """Start the buckets not started yet, wait for all, and write the reduced gradients into ``.grad``."""
@@ -158,6 +170,8 @@ class Reducer:
                 self._start(bucket)
             self._next = len(self.buckets)
         try:
+            if self._announce is not None:
+                self._announce.wait()
             with torch.no_grad():
                 for bucket in self.buckets:
                     assert bucket.handle is not None

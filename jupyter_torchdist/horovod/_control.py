@@ -15,12 +15,17 @@ broadcast or alltoall the active ranks raise (Horovod refuses those while a rank
 nothing; when the count reaches 0 every rank has joined and all leave ``join()`` together.
 
 Active ranks do not wait for the control message of an allreduce: it is queued just before the data on the same
-group, so the cost is one small asynchronous all_reduce per allreduce (per bucket in DistributedOptimizer): a
-few percent of a step when steps take milliseconds, up to ~25% for a tiny latency-bound model on gloo. Setting
-JUPYTER_TORCHDIST_HOROVOD_JOIN=0 on every rank drops it (the traffic is then DDP's) and makes ``join()`` raise.
+group, so the cost is one small asynchronous all_reduce per allreduce. A DistributedOptimizer announces a whole
+round of gradient buckets with one message (kind GRADIENTS, naming the optimizer by the order every rank created
+it in; a joined rank replays that optimizer's buckets with zeros), so the cost per training step is one tiny
+all_reduce whatever the number of buckets. Setting JUPYTER_TORCHDIST_HOROVOD_JOIN=0 on every rank drops it (the
+traffic is then DDP's) and makes ``join()`` raise.
 Collectives issued directly through torch.distributed bypass the protocol and hang if a rank has joined.
 """
 from __future__ import annotations
+
+import weakref
+from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
@@ -28,10 +33,10 @@ import torch.distributed as dist
 from ._basics import JOIN_ENV, check_initialized, control_device, join_protocol
 from ._errors import JoinedRankError
 
-__all__ = ["ALLREDUCE", "ALLGATHER", "BROADCAST", "ALLTOALL", "BARRIER", "WIRE_OPS", "announce", "require_all",
-           "join"]
+__all__ = ["ALLREDUCE", "ALLGATHER", "BROADCAST", "ALLTOALL", "BARRIER", "GRADIENTS", "WIRE_OPS", "announce",
+           "announce_round", "register_round", "require_all", "join"]
 
-ALLREDUCE, ALLGATHER, BROADCAST, ALLTOALL, BARRIER = 1, 2, 3, 4, 5
+ALLREDUCE, ALLGATHER, BROADCAST, ALLTOALL, BARRIER, GRADIENTS = 1, 2, 3, 4, 5, 6
 _NAMES = {ALLGATHER: "allgather", BROADCAST: "broadcast", ALLTOALL: "alltoall"}
 WIRE_OPS = (dist.ReduceOp.SUM, dist.ReduceOp.MIN, dist.ReduceOp.MAX, dist.ReduceOp.PRODUCT)
 _DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.uint8, torch.int8, torch.int16,
@@ -47,6 +52,23 @@ def _message(kind: int, tensor: torch.Tensor | None, wire_op: int, check: int = 
     if tensor is not None:
         fields[2:4], fields[5] = [_DTYPE_CODE.get(tensor.dtype, 0), tensor.numel()], int(tensor.is_cuda)
     return torch.tensor(fields, dtype=torch.int64, device=control_device())
+
+
+_rounds: list[weakref.WeakMethod[Callable[[], None]]] = []
+
+
+def register_round(replay: Callable[[], None]) -> int:
+    """A DistributedOptimizer's round of buckets: its id (every rank creates its optimizers in the same order),
+    and how a joined rank takes part in one round (zeros for every bucket)."""
+    _rounds.append(weakref.WeakMethod(replay))
+    return len(_rounds) - 1
+
+
+def announce_round(round_id: int) -> dist.Work:
+    """Queue the control message for a round of gradient buckets (the caller need not wait)."""
+    work = dist.all_reduce(_message(GRADIENTS, None, 0, round_id), async_op=True)
+    assert work is not None
+    return work
 
 
 def announce(tensor: torch.Tensor, wire_op: int) -> dist.Work:
@@ -72,10 +94,21 @@ def require_all(kind: int, tensor: torch.Tensor | None = None, root: int = 0) ->
                               f"({dist.get_world_size() - active} joined), as in Horovod.{hint}")
 
 
+def _replay_round(active: int, ids: int, squares: int) -> None:
+    replay = _rounds[ids // active]() if active * squares == ids * ids and 0 <= ids // active < len(_rounds) else None
+    if replay is None:
+        raise RuntimeError("hvd.join(): the other ranks reduce the gradients of a DistributedOptimizer this rank "
+                           "does not have; create the same optimizers on every rank, in the same order")
+    replay()
+
+
 def _serve(message: torch.Tensor, device: int) -> None:
-    """Inside join(): contribute zeros to the allreduce the active ranks announced; ignore other kinds."""
+    """Inside join(): contribute zeros to the allreduce(s) the active ranks announced; ignore other kinds."""
     active = int(message[0])
     kind, dtype, numel, wire_op, cuda = (int(v) // active for v in message[1:6].tolist())
+    if kind == GRADIENTS:
+        _replay_round(active, int(message[6]), int(message[7]))
+        return
     if kind != ALLREDUCE:
         return
     where = torch.device("cpu")

@@ -85,10 +85,12 @@ def scale_(tensor: torch.Tensor, factor: float) -> torch.Tensor:
     return tensor
 
 
-def start_allreduce(tensor: torch.Tensor, op: ReduceOp, prescale: float = 1.0, postscale: float = 1.0) -> Handle:
+def start_allreduce(tensor: torch.Tensor, op: ReduceOp, prescale: float = 1.0, postscale: float = 1.0, *,
+                    announced: bool = False) -> Handle:
     """Reduce ``tensor`` in place, asynchronously: prescale, announce (join protocol), all_reduce, then postscale.
 
     Average is a SUM followed by a postscale of 1/size, so integer averages truncate toward zero like Horovod's.
+    ``announced``: the caller announced it already (a DistributedOptimizer announces a round of buckets at once).
     """
     if not tensor.is_contiguous():
         raise ValueError("Tensor is required to be contiguous.")
@@ -96,7 +98,7 @@ def start_allreduce(tensor: torch.Tensor, op: ReduceOp, prescale: float = 1.0, p
         postscale = postscale / dist.get_world_size()
     scale_(tensor, prescale)
     wire = _WIRE[op]
-    works = [announce(tensor, wire)] if join_protocol() else []
+    works = [announce(tensor, wire)] if join_protocol() and not announced else []
     work = dist.all_reduce(tensor, op=WIRE_OPS[wire], async_op=True)
     assert work is not None
     return Handle([*works, work], lambda: scale_(tensor, postscale))
