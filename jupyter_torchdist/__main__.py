@@ -132,12 +132,19 @@ def _exit_code(exc: DistributeError) -> int:
 
 
 def _wants_help(argv: list[str]) -> bool:
-    """-h/--help among the options, before the script (after it, they are the script's)."""
+    """-h/--help among the options, before the script (after it, they are the script's); an option's value
+    (``-n 2``, ``-np 2``) is not the script."""
+    skip = 0
     for token in argv:
+        if skip:
+            skip -= 1
+            continue
         if token in ("-h", "--help"):
             return True
         if not token.startswith("-"):
             return False
+        if "=" not in token:
+            skip = option_arity(token, CLI_PROG) or (1 if token in ("-np", "--num-proc", "-H", "--hosts") else 0)
     return False
 
 

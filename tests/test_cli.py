@@ -139,8 +139,17 @@ def test_gpu_without_gpus_exits_2(script):
 def test_help_names_every_option():
     out = _cli("--help")
     assert out.returncode == 0
-    for flag in ("-n", "--local", "--gpu", "--timeout", "--threads", "--quiet"):
+    for flag in ("-n", "--local", "--gpu", "--timeout", "--threads", "--quiet", "--data-workers"):
         assert flag in out.stdout
+
+
+def test_help_after_an_option_value_is_still_help_but_after_the_script_it_is_the_scripts():
+    from jupyter_torchdist.__main__ import _wants_help
+
+    for argv in (["-n", "2", "--help"], ["-np", "2", "-h"], ["--timeout=5", "--help"], ["--local", "-h"]):
+        assert _wants_help(argv), argv
+    for argv in (["-n", "2", "train.py", "--help"], ["train.py", "-h"], ["-np", "2", "python", "t.py", "-h"]):
+        assert not _wants_help(argv), argv
 
 
 def test_one_option_set_for_the_command_line_and_the_magic():
