@@ -174,11 +174,8 @@ def report(results: dict[str, list[dict[str, float]]], memory: dict[str, float],
     kv = {"offloaded_over_inline": ours / base, "offloaded_over_ray": ours / ray if ray == ray else float("nan"),
           "rss_x1_mb": memory.get("x1", float("nan")), "rss_x10_mb": memory.get("x10", float("nan")),
           "rss_growth": memory.get("x10", float("nan")) / memory.get("x1", float("nan"))}
-    for key, limit, better in (("offloaded_over_inline", 1.8, "high"), ("offloaded_over_ray", 1.0, "high"),
-                               ("rss_growth", 1.25, "low")):
-        value = kv[key]
-        met = value >= limit if better == "high" else value <= limit
-        print(f"target {key} {'>=' if better == 'high' else '<='} {limit}: {value:.3f} {'MET' if met else 'MISSED'}")
+    common.check_targets(kv, [("offloaded_over_inline", 1.8, True), ("offloaded_over_ray", 1.0, True),
+                              ("rss_growth", 1.25, False)])
     return {"medians": med, "kv": kv}
 
 

@@ -73,20 +73,9 @@ def _wrapped(variant: str, kind: str) -> tuple[Any, Any, Any, Any]:
 def segment(variant: str, kind: str, steps: int, warmup: int) -> tuple[float, Any]:
     """One timed training segment: (steps/s of steps ``warmup``..``steps``, the final weights)."""
     import torch
-    import torch.distributed as dist
 
     model, opt, x, y = _wrapped(variant, kind)
-    loss_fn = torch.nn.CrossEntropyLoss()
-    t0 = time.perf_counter()
-    for step in range(steps):
-        if step == warmup:
-            dist.barrier()
-            t0 = time.perf_counter()
-        opt.zero_grad(set_to_none=True)
-        loss = loss_fn(model(x), y)
-        loss.backward()
-        opt.step()
-    rate = (steps - warmup) / (time.perf_counter() - t0)
+    rate, _ = jobs.timed_steps(model, opt, x, y, steps, warmup)
     weights = torch.cat([p.detach().flatten() for p in model.parameters()])
     return rate, weights
 

@@ -135,11 +135,8 @@ def report(kernel: dict[str, list[float]], calls: dict[str, list[float]], steps:
           "api_ms": med["api_ours"] * 1000, "api_over_ipyparallel": med["api_ours"] / med.get("api_ipyparallel",
                                                                                             float("nan")),
           "kept_over_one_shot_steps": med["steps_kept"] / med["steps_one_shot"]}
-    for key, limit, high in (("kept_cell_ms", 100, False), ("one_shot_over_kept", 5, True),
-                             ("api_over_ipyparallel", 1.0, False), ("kept_over_one_shot_steps", 0.97, True)):
-        value = kv[key]
-        met = value >= limit if high else value <= limit
-        print(f"target {key} {'>=' if high else '<='} {limit}: {value:.3f} {'MET' if met else 'MISSED'}")
+    common.check_targets(kv, [("kept_cell_ms", 100, False), ("one_shot_over_kept", 5, True),
+                              ("api_over_ipyparallel", 1.0, False), ("kept_over_one_shot_steps", 0.97, True)])
     return {"medians": med, "kv": kv}
 
 

@@ -173,6 +173,14 @@ def print_targets(values: dict[str, Any], targets: dict[str, float]) -> None:
             print(f"target {key} <= {limit}: {values[key]:.4f} {verdict}")
 
 
+def check_targets(values: dict[str, Any], targets: Sequence[tuple[str, float, bool]]) -> None:
+    """One ``target KEY >=|<= LIMIT: VALUE MET|MISSED`` line per (key, limit, higher_is_better)."""
+    for key, limit, higher in targets:
+        value = values.get(key, float("nan"))
+        met = value >= limit if higher else value <= limit
+        print(f"target {key} {'>=' if higher else '<='} {limit}: {value:.3f} {'MET' if met else 'MISSED'}")
+
+
 def finish(name: str, data: dict[str, Any], started: float, kv: dict[str, Any], note: str = "") -> float:
     """Save results/<name>.json with ``total_s`` (in its place if ``data`` has the key, else last), then print
     the closing lines: the total time (and ``note``), and the ``key=value`` line. Returns the total."""

@@ -87,6 +87,25 @@ def _model(kind: str) -> tuple[Any, Any, Any]:
     return model, x, y
 
 
+def timed_steps(model: Any, opt: Any, x: Any, y: Any, steps: int, warmup: int) -> tuple[float, float]:
+    """Train ``steps`` steps on (x, y); (steps/s of steps ``warmup``..``steps``, timed after a barrier; last loss)."""
+    import torch
+    import torch.distributed as dist
+
+    loss_fn = torch.nn.CrossEntropyLoss()
+    t0 = time.perf_counter()
+    loss = torch.zeros(())
+    for step in range(steps):
+        if step == warmup:
+            dist.barrier()
+            t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+    return (steps - warmup) / (time.perf_counter() - t0), loss.item()
+
+
 def throughput(kind: str = "mlp", steps: int = 200, warmup: int = 20, threads: int | None = None) -> dict[str, Any]:
     """A DDP training loop; times only steps ``warmup``..``steps`` and returns steps/s.
 
@@ -104,19 +123,9 @@ def throughput(kind: str = "mlp", steps: int = 200, warmup: int = 20, threads: i
         model, x, y = _model(kind)
         model = DDP(model)
         opt = torch.optim.SGD(model.parameters(), lr=0.01)
-        loss_fn = torch.nn.CrossEntropyLoss()
-        t0 = None
-        for step in range(steps):
-            if step == warmup:
-                dist.barrier()
-                t0 = time.perf_counter()
-            opt.zero_grad(set_to_none=True)
-            loss = loss_fn(model(x), y)
-            loss.backward()
-            opt.step()
-        elapsed = time.perf_counter() - t0
-        return {"rank": dist.get_rank(), "kind": kind, "steps_per_s": (steps - warmup) / elapsed,
-                "threads": torch.get_num_threads(), "loss": loss.item(),
+        rate, loss = timed_steps(model, opt, x, y, steps, warmup)
+        return {"rank": dist.get_rank(), "kind": kind, "steps_per_s": rate,
+                "threads": torch.get_num_threads(), "loss": loss,
                 "omp_env": os.environ.get("OMP_NUM_THREADS")}
     finally:
         _close_group(opened)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 
 import pytest
 
@@ -39,6 +40,16 @@ def process_alive(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def all_gone(pids, within: float = 15.0) -> bool:
+    """Poll (test-side only) until every pid has exited (zombies count as gone); False if ``within`` passed."""
+    end = time.monotonic() + within
+    while time.monotonic() < end:
+        if not any(process_alive(p) for p in pids):
+            return True
+        time.sleep(0.05)
+    return False
 
 
 def descendants_of(me: int) -> set[int]:

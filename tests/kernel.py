@@ -1,9 +1,11 @@
 """A real IPython kernel for tests: execute cells, collect outputs as a front end would see them."""
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from jupyter_client.manager import KernelManager
@@ -77,3 +79,20 @@ class Kernel:
             self.kc.stop_channels()
         finally:
             self.km.shutdown_kernel(now=True)
+
+
+@contextlib.contextmanager
+def loaded_kernel(extra_env: dict[str, str] | None = None, setup: str = "") -> Iterator[Kernel]:
+    """A kernel with ``%load_ext jupyter_torchdist`` (and ``setup``) run; at the end, shut down and checked that
+    none of its processes (JVM, Python workers, ranks) outlived it."""
+    from .conftest import descendants_of
+
+    k = Kernel(extra_env)
+    try:
+        r = k.execute("%load_ext jupyter_torchdist" + (f"\n{setup}" if setup else ""))
+        assert r["status"] == "ok", k.text(r)
+        yield k
+    finally:
+        pid = k.pid
+        k.shutdown()
+    assert pid is None or not descendants_of(pid), "processes outlived the kernel"

@@ -2,39 +2,24 @@
 under plain DDP with the same losses, and horovod.spark.run."""
 from __future__ import annotations
 
-import pathlib
 import re
 
 import pytest
 
-pytestmark = pytest.mark.spark
+from .notebooks import errors, execute_example
+from .notebooks import reports as _reports
+from .notebooks import stream_text as _text
 
-EXAMPLES = pathlib.Path(__file__).resolve().parents[1] / "examples"
-MIME = "application/vnd.jupyter-torchdist.run+json"
+pytestmark = pytest.mark.spark
 
 
 @pytest.fixture(scope="module")
 def executed():
-    nbformat = pytest.importorskip("nbformat")
-    from nbclient import NotebookClient
-
-    nb = nbformat.read(EXAMPLES / "05_horovod.ipynb", as_version=4)
-    NotebookClient(nb, timeout=300, kernel_name="python3",
-                   resources={"metadata": {"path": str(EXAMPLES)}}).execute()
-    return nb
-
-
-def _text(nb) -> str:
-    return "\n".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []) if o.output_type == "stream")
-
-
-def _reports(nb) -> list[dict]:
-    return [o["data"][MIME] for c in nb.cells for o in c.get("outputs", []) if MIME in o.get("data", {})]
+    return execute_example("05_horovod.ipynb")
 
 
 def test_every_cell_ran_without_error(executed):
-    errors = [o for c in executed.cells for o in c.get("outputs", []) if o.output_type == "error"]
-    assert not errors, [o.get("traceback") for o in errors]
+    assert not errors(executed), errors(executed)
 
 
 def test_the_horovod_script_ran_on_two_ranks_and_learned(executed):

@@ -10,7 +10,7 @@ import pytest
 
 import jupyter_torchdist as jt
 
-from .conftest import process_alive, resource_counts
+from .conftest import all_gone, resource_counts
 
 SETUP = ("import os, time, torch, torch.distributed as dist\n"
          "pid, rank = os.getpid(), dist.get_rank()\n")
@@ -28,15 +28,6 @@ TRAIN_SETUP = SETUP + (
     "        loss = ((model(x) - x.sum(1, keepdim=True)) ** 2).mean()\n"
     "        opt.zero_grad(); loss.backward(); opt.step(); step += 1\n"
     "    return {'step': step, 'pid': pid, 'w': model.module.weight.detach().clone()}\n")
-
-
-def _gone(pids, within: float = 15.0) -> bool:
-    end = time.monotonic() + within
-    while time.monotonic() < end:
-        if not any(process_alive(p) for p in pids):
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def _pids(ranks: jt.Ranks) -> list[int]:
@@ -73,7 +64,7 @@ def test_state_is_kept_across_cells_while_ddp_trains(where):
         info = ranks.describe()
         assert info.cells == 4 and info.n == 2 and info.local == (where == "local")
         pids = _pids(ranks)
-    assert _gone(pids), "leaving the with-block stops every rank"
+    assert all_gone(pids), "leaving the with-block stops every rank"
 
 
 def test_a_plain_raise_on_one_rank_leaves_the_ranks_up(where):
@@ -117,7 +108,7 @@ def test_a_failure_inside_a_collective_loop_stops_the_kept_ranks(where):
     err = info.value
     assert err.rank == 1 and "fails in the loop" in str(err)
     assert "were stopped" in err.extra[-1] and "state" in err.extra[-1] and "gone" in err.extra[-1]
-    assert not ranks.alive and _gone(pids) and time.monotonic() - t0 < 20
+    assert not ranks.alive and all_gone(pids) and time.monotonic() - t0 < 20
 
 
 def test_an_interrupt_inside_a_collective_loop_says_truly_what_happened(where):
@@ -134,7 +125,7 @@ def test_an_interrupt_inside_a_collective_loop_says_truly_what_happened(where):
         ranks.stop()
     else:
         assert "were stopped" in said and not ranks.alive
-    assert _gone(pids)
+    assert all_gone(pids)
 
 
 def test_a_rank_killed_stops_the_kept_ranks(where):
@@ -145,7 +136,7 @@ def test_a_rank_killed_stops_the_kept_ranks(where):
         ranks.run_cell("if rank == 1:\n    os.kill(os.getpid(), 9)\ntime.sleep(30)")
     err = info.value
     assert err.rank == 1 and "SIGKILL" in err.root.summary and "were stopped" in err.extra[-1]
-    assert not ranks.alive and _gone(pids)
+    assert not ranks.alive and all_gone(pids)
 
 
 def test_stop_ends_every_process_and_a_second_stop_says_none(where):
@@ -153,7 +144,7 @@ def test_stop_ends_every_process_and_a_second_stop_says_none(where):
     ranks.run_cell(SETUP)
     pids = _pids(ranks)
     t0 = time.monotonic()
-    assert ranks.stop() and _gone(pids, within=10)
+    assert ranks.stop() and all_gone(pids, within=10)
     assert time.monotonic() - t0 < 10 and ranks.describe() is None and not ranks.stop()
 
 

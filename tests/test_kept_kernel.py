@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import json
 import re
-import time
 
 import pytest
 
-from .conftest import descendants_of, process_alive
-from .kernel import Kernel
+from .conftest import all_gone, descendants_of, process_alive
+from .kernel import Kernel, loaded_kernel
 
 pytestmark = pytest.mark.spark
 
@@ -43,24 +42,10 @@ def _kept_pids(kernel: Kernel) -> list[int]:
     return json.loads(kernel.text(r).strip().splitlines()[-1])
 
 
-def _gone(pids, within: float = 15.0) -> bool:
-    end = time.monotonic() + within
-    while time.monotonic() < end:
-        if not any(process_alive(p) for p in pids):
-            return True
-        time.sleep(0.1)
-    return False
-
-
 @pytest.fixture
 def kernel():
-    k = Kernel()
-    r = k.execute("%load_ext jupyter_torchdist\nimport jupyter_torchdist\nlr = 0.01")
-    assert r["status"] == "ok", k.text(r)
-    yield k
-    pid = k.pid
-    k.shutdown()
-    assert pid is None or not descendants_of(pid), "processes outlived the kernel"
+    with loaded_kernel(setup="import jupyter_torchdist\nlr = 0.01") as k:
+        yield k
 
 
 def test_a_model_built_in_one_cell_trains_in_the_next_and_the_next(kernel):
@@ -101,11 +86,11 @@ def test_distribute_stop_ends_every_rank_and_other_n_starts_new_ones(kernel):
     pids = _kept_pids(kernel)
     r = kernel.execute("%%distribute --keep -n 3\nimport torch.distributed as dist\ndist.get_world_size()")
     assert _value(kernel, r) == "3" and "stopped the 2 kept ranks" in kernel.text(r) and "-n 3" in kernel.text(r)
-    assert _gone(pids)
+    assert all_gone(pids)
     pids = _kept_pids(kernel)
     r = kernel.execute("%distribute_stop")
     assert "stopped the 3 kept ranks" in kernel.text(r) and "task slots are free" in kernel.text(r)
-    assert _gone(pids, within=10)
+    assert all_gone(pids, within=10)
     assert "no kept ranks are up" in kernel.text(kernel.execute("%distribute_stop"))
     assert kernel.text(kernel.execute("import jupyter_torchdist as jt\nprint(jt.kept())")).strip() == "None"
 
@@ -121,9 +106,9 @@ def test_the_kernels_end_takes_the_kept_ranks_with_it(how):
         assert all(process_alive(p) for p in pids)
         if how == "restart":
             k.km.restart_kernel(now=True)
-            assert _gone(pids) and _gone([kernel_pid])
+            assert all_gone(pids) and all_gone([kernel_pid])
             assert not descendants_of(kernel_pid)
     finally:
         kernel_pid = k.pid
         k.shutdown()
-    assert _gone(pids) and (kernel_pid is None or not descendants_of(kernel_pid))
+    assert all_gone(pids) and (kernel_pid is None or not descendants_of(kernel_pid))

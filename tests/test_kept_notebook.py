@@ -1,41 +1,27 @@
 """examples/03_kept_ranks.ipynb, executed in a real kernel by nbclient, as a user would run it."""
 from __future__ import annotations
 
-import pathlib
-
 import pytest
 
-pytestmark = pytest.mark.spark
+from .notebooks import errors, execute_example, outputs, reports, stream_text
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-MIME = "application/vnd.jupyter-torchdist.run+json"
+pytestmark = pytest.mark.spark
 
 
 @pytest.fixture(scope="module")
 def executed():
-    nbformat = pytest.importorskip("nbformat")
-    from nbclient import NotebookClient
-
-    nb = nbformat.read(ROOT / "examples" / "03_kept_ranks.ipynb", as_version=4)
-    NotebookClient(nb, timeout=300, kernel_name="python3",
-                   resources={"metadata": {"path": str(ROOT / "examples")}}).execute()
-    return nb
-
-
-def _outputs(nb):
-    return [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
+    return execute_example("03_kept_ranks.ipynb")
 
 
 def test_the_example_trains_across_cells_plots_evaluates_and_stops(executed):
-    outs = _outputs(executed)
-    assert not [o for o in outs if o.output_type == "error"], [o.get("traceback") for o in outs]
-    text = "\n".join(o.get("text", "") for o in outs if o.output_type == "stream")
+    assert not errors(executed), errors(executed)
+    text = stream_text(executed)
     assert "loss per epoch:" in text and "KeptInfo(n=2" in text and "stopped the 2 kept ranks" in text
-    assert any("image/png" in o.get("data", {}) for o in outs), "the loss is plotted in the notebook"
+    assert any("image/png" in o.get("data", {}) for o in outputs(executed)), "the loss is plotted in the notebook"
 
 
 def test_each_kept_cell_leaves_its_report_and_steps_continue(executed):
-    reports = [o["data"][MIME] for o in _outputs(executed) if MIME in o.get("data", {})]
-    assert len(reports) == 4 and all(r["status"] == "succeeded" for r in reports)
-    steps = [[x["step"] for x in r["ranks"]] for r in reports[1:3]]
+    shown = reports(executed)
+    assert len(shown) == 4 and all(r["status"] == "succeeded" for r in shown)
+    steps = [[x["step"] for x in r["ranks"]] for r in shown[1:3]]
     assert steps == [[40, 40], [80, 80]], "the second training cell went on from step 40"

@@ -18,21 +18,11 @@ from jupyter_torchdist.errors import LaunchError, RunFailed, RunInterrupted, Run
 from jupyter_torchdist.launchers import local_server as local
 
 from . import helpers
-from .conftest import descendants_of, process_alive, resource_counts
+from .conftest import all_gone, descendants_of, resource_counts
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the rank functions below travel by value
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-
-
-def _gone(pids: list[int], within: float = 15.0) -> bool:
-    """Poll (test-side only) until every pid has exited."""
-    end = time.monotonic() + within
-    while time.monotonic() < end:
-        if not any(process_alive(p) for p in pids):
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def _marker_pids(marker_dir) -> list[int]:
@@ -114,7 +104,7 @@ def test_timeout_stops_every_rank(tmp_path):
     assert time.monotonic() - t0 < 5 + 8
     assert "[0, 1]" in str(info.value)
     pids = _marker_pids(tmp_path)
-    assert len(pids) == 2 and _gone(pids)
+    assert len(pids) == 2 and all_gone(pids)
 
 
 def test_interrupt_stops_every_rank(tmp_path):
@@ -126,7 +116,7 @@ def test_interrupt_stops_every_rank(tmp_path):
         jt.run(helpers.sleep_forever, str(tmp_path), n=2, local=True)
     assert time.monotonic() - t0 - 2.0 < 6
     pids = _marker_pids(tmp_path)
-    assert len(pids) == 2 and _gone(pids)
+    assert len(pids) == 2 and all_gone(pids)
 
 
 def test_gpu_is_refused_clearly_without_gpus(monkeypatch):
@@ -155,7 +145,7 @@ def test_a_dead_zygote_fails_the_run_and_the_next_run_starts_a_new_one(tmp_path)
     with pytest.raises(RunFailed):
         jt.run(helpers.sleep_forever, str(tmp_path), n=2, local=True, timeout=60)
     killer.join()
-    assert _gone(_marker_pids(tmp_path)), "ranks outlived their zygote"
+    assert all_gone(_marker_pids(tmp_path)), "ranks outlived their zygote"
     assert jt.run(os.getpid, n=1, local=True) != zygote and local.zygote_pid() not in (None, zygote)
 
 
@@ -243,7 +233,7 @@ def test_killing_the_kernel_takes_zygote_agents_and_ranks_with_it(tmp_path):
     finally:
         proc.kill()
         proc.wait()
-    assert _gone(sorted(family), 30), "processes outlived the kernel that started them"
+    assert all_gone(sorted(family), 30), "processes outlived the kernel that started them"
 
 
 def test_magic_in_a_real_kernel_value_view_interrupt_and_no_spark():

@@ -6,20 +6,15 @@ import re
 import pytest
 
 from .conftest import descendants_of
-from .kernel import Kernel
+from .kernel import Kernel, loaded_kernel
 
 pytestmark = pytest.mark.spark
 
 
 @pytest.fixture(scope="module")
 def kernel():
-    k = Kernel()
-    r = k.execute("%load_ext jupyter_torchdist")
-    assert r["status"] == "ok", k.text(r)
-    yield k
-    pid = k.pid
-    k.shutdown()
-    assert pid is None or not descendants_of(pid), "processes outlived the kernel"
+    with loaded_kernel() as k:
+        yield k
 
 
 def _ansi_free(text: str) -> str:

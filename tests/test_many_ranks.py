@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from .conftest import descendants_of
-from .kernel import Kernel
+from .kernel import Kernel, loaded_kernel
 
 pytestmark = pytest.mark.spark
 
@@ -15,13 +14,8 @@ TIMES: dict[str, list[float]] = {}
 
 @pytest.fixture(scope="module")
 def kernel():
-    k = Kernel({"JUPYTER_TORCHDIST_WARMUP": "1"})
-    r = k.execute("%load_ext jupyter_torchdist")
-    assert r["status"] == "ok", k.text(r)
-    yield k
-    pid = k.pid
-    k.shutdown()
-    assert pid is None or not descendants_of(pid), "processes outlived the kernel"
+    with loaded_kernel({"JUPYTER_TORCHDIST_WARMUP": "1"}) as k:
+        yield k
 
 
 def _value(kernel: Kernel, code: str) -> str:

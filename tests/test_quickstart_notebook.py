@@ -1,25 +1,16 @@
 """examples/01_quickstart.ipynb, executed in a real kernel by nbclient, as a user would run it."""
 from __future__ import annotations
 
-import pathlib
-
 import pytest
 
-pytestmark = pytest.mark.spark
+from .notebooks import MIME, execute_example
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-MIME = "application/vnd.jupyter-torchdist.run+json"
+pytestmark = pytest.mark.spark
 
 
 @pytest.fixture(scope="module")
 def executed():
-    nbformat = pytest.importorskip("nbformat")
-    from nbclient import NotebookClient
-
-    nb = nbformat.read(ROOT / "examples" / "01_quickstart.ipynb", as_version=4)
-    NotebookClient(nb, timeout=300, kernel_name="python3", store_widget_state=True,
-                   resources={"metadata": {"path": str(ROOT / "examples")}}).execute()
-    return nb
+    return execute_example("01_quickstart.ipynb", store_widget_state=True)
 
 
 def test_quickstart_learns_and_returns_losses(executed):
