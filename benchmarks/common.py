@@ -226,14 +226,21 @@ def torchrun_cmd() -> list[str]:
 
 def run_torchrun(job: str, kwargs: dict[str, Any] | None = None, nproc: int = 2,
                  env: dict[str, str] | None = None, timeout: float = 300) -> tuple[float, list[dict[str, Any]]]:
-    """torchrun --nproc_per_node N ddp_script.py JOB KWARGS: (wall seconds, every rank's value)."""
-    cmd = torchrun_cmd() + ["--nproc_per_node", str(nproc), "--master_port", str(free_port()),
-                            os.path.join(HERE, "ddp_script.py"), job, json.dumps(kwargs or {})]
+    """torchrun --nproc_per_node N ddp_script.py JOB KWARGS: (wall seconds, every rank's value).
+
+    torch 2.13's ranks sometimes abort in gloo's teardown at exit ("terminate called without an active
+    exception"): such a run is run again, once, on a fresh port."""
     full_env = dict(os.environ)
     full_env.update(env or {})
-    t0 = time.perf_counter()
-    out = subprocess.run(cmd, capture_output=True, text=True, env=full_env, timeout=timeout)
-    wall = time.perf_counter() - t0
+    for attempt in range(2):
+        cmd = torchrun_cmd() + ["--nproc_per_node", str(nproc), "--master_port", str(free_port()),
+                                os.path.join(HERE, "ddp_script.py"), job, json.dumps(kwargs or {})]
+        t0 = time.perf_counter()
+        out = subprocess.run(cmd, capture_output=True, text=True, env=full_env, timeout=timeout)
+        wall = time.perf_counter() - t0
+        if out.returncode == 0:
+            break
+        print(f"# torchrun failed ({out.returncode}){'; running it again' if attempt == 0 else ''}", flush=True)
     if out.returncode != 0:
         raise RuntimeError(f"torchrun failed ({out.returncode}):\n{out.stdout[-2000:]}\n{out.stderr[-4000:]}")
     # the ranks share one pipe, so their lines can interleave: pick out each flat JSON object

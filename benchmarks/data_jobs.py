@@ -22,16 +22,20 @@ def image(i: int) -> Any:
     return np.random.default_rng(i).random(PIXELS, dtype=np.float32)
 
 
+GEN_ROWS = 256  # rows per Arrow batch the generator yields (12 MB): big batches exhaust the JVM's Arrow memory
+
+
 def gen_arrow(batches: Any) -> Any:
-    """mapInArrow: ids -> (id, img, label) rows, generated where the task runs."""
+    """mapInArrow: ids -> (id, img, label) rows, generated where the task runs, in batches of GEN_ROWS."""
     import numpy as np
     import pyarrow as pa
 
     for batch in batches:
-        ids = batch.column(0).to_numpy()
-        flat = np.concatenate([image(int(i)) for i in ids]) if len(ids) else np.zeros(0, np.float32)
-        imgs = pa.FixedSizeListArray.from_arrays(pa.array(flat), PIXELS).cast(pa.list_(pa.float32()))
-        yield pa.RecordBatch.from_arrays([pa.array(ids), imgs, pa.array(ids % 10)], ["id", "img", "label"])
+        for start in range(0, batch.num_rows, GEN_ROWS):
+            ids = batch.column(0).to_numpy()[start:start + GEN_ROWS]
+            flat = np.concatenate([image(int(i)) for i in ids])
+            imgs = pa.FixedSizeListArray.from_arrays(pa.array(flat), PIXELS).cast(pa.list_(pa.float32()))
+            yield pa.RecordBatch.from_arrays([pa.array(ids), imgs, pa.array(ids % 10)], ["id", "img", "label"])
 
 
 def images_df(spark: Any, rows: int, parts: int) -> Any:

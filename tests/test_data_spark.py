@@ -186,6 +186,14 @@ def test_kept_ranks_read_epochs_across_cells(spark):
     assert sorted(seen[0][:80] + seen[1][:80]) == list(range(160))
 
 
+def test_an_epoch_sized_in_one_kept_cell_is_read_in_the_next(spark):
+    df = _skewed(spark, [40, 40])
+    with jt.Ranks(n=2) as ranks:
+        assert ranks.run_cell("import jupyter_torchdist as jt\nloader = jt.batches(df, 8)\nlen(loader)",
+                              {"df": df}) == 5
+        assert ranks.run_cell("sum(len(b['id']) for b in loader)") == 40, "read in the next cell all the same"
+
+
 def slow_transform_fast_loop(df):
     def slow(pdf):
         time.sleep(0.15)

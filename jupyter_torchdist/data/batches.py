@@ -77,6 +77,7 @@ def _sources(fn: Any) -> list[tuple[str, str]]:
 class _Epoch:
     seq: int
     feed: Any
+    cell: Any = None        # the (kept) cell it was opened in: its data job ends with that cell
     steps: int = 0
     reply: dict[str, Any] | None = None
 
@@ -112,16 +113,24 @@ class _RankData:
                     epoch.reply = msg or {"t": C.DATA_ERROR, "summary": "the kernel closed the channel"}
             self.cond.notify_all()
 
+    def current(self, epoch: _Epoch) -> bool:
+        """Whether ``epoch`` can still be read: opened in this cell (a kept cell's data jobs end with it)."""
+        return epoch.cell == self.runtime.extras.get("cell")
+
     def _new_cell(self) -> None:
+        """Under the lock: a new kept cell counts its epochs and numbers afresh; the last cell's are over."""
         cell = self.runtime.extras.get("cell")
         if cell != self.cell:
+            for stale in self.epochs.values():
+                self.receiver.close_feed(stale.feed)
+            self.epochs.clear()
             self.cell, self.seq, self.wait_s, self.rows, self.first_at = cell, 0, 0.0, 0.0, None
 
     def open(self, handle: DataFrameHandle, args: _Args, transform: Callable[..., Any] | None) -> _Epoch:
         with self.cond:
             self._new_cell()
             self.seq += 1
-            epoch = _Epoch(self.seq, self.receiver.open_feed(args.prefetch))
+            epoch = _Epoch(self.seq, self.receiver.open_feed(args.prefetch), self.cell)
             self.epochs[epoch.seq] = epoch
         msg = {"t": C.DATA_OPEN, "seq": epoch.seq, "feed": epoch.feed.token, "handle": handle.id,
                "args": args.__dict__, "transform": cloudpickle.dumps(transform) if transform is not None else None,
@@ -196,8 +205,9 @@ class Batches:
         self._opened: _Epoch | None = None
 
     def _open(self) -> _Epoch:
-        if self._opened is None:
-            self._opened = _data().open(self._df, self._args, self._transform)
+        data = _data()
+        if self._opened is None or not data.current(self._opened):  # len() in an earlier kept cell: ask again
+            self._opened = data.open(self._df, self._args, self._transform)
         return self._opened
 
     def __len__(self) -> int:

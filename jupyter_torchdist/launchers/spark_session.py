@@ -84,6 +84,16 @@ def slots_available(spark: Any) -> int:
 
 
 # -- the embedded session ----------------------------------------------------------------------------
+def _driver_memory() -> str:
+    """The embedded JVM's heap: a quarter of this machine's memory, between 1 and 4 GB. Its data moves through the
+    JVM (DataFrames, batches() data jobs, Arrow buffers), and Spark's 1 GB default runs out with large rows."""
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return "1g"
+    return f"{max(1024, min(4096, total // 4 // (1 << 20)))}m"
+
+
 def _embedded_conf(slots: int) -> dict[str, str]:
     python = os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -94,6 +104,7 @@ def _embedded_conf(slots: int) -> dict[str, str]:
         "spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1",
         "spark.python.daemon.module": DAEMON_MODULE, "spark.python.worker.reuse": "true",
         "spark.python.task.killTimeout": "1s", "spark.pyspark.python": python, "spark.log.level": "ERROR",
+        "spark.driver.memory": _driver_memory(),
     }
 
 
