@@ -2,7 +2,8 @@
 
     python benchmarks/make_report.py
 
-Writes benchmarks/latency.png (latency per launcher; per rank count; per payload) and replaces the
+Writes benchmarks/latency.png (latency per launcher; per rank count; per payload), benchmarks/data.png
+(bench_data: steps/s, first batch, memory per mode) and replaces the
 block between the RESULTS markers in benchmarks/README.md with the tables each script printed last.
 matplotlib is needed here only (``pip install matplotlib``); it is not a package dependency.
 """
@@ -139,6 +140,46 @@ def chart(path: str) -> bool:
     return True
 
 
+MODE_COLORS = {"inline": "tab:gray", "dataloader": "tab:olive", "offloaded": "tab:blue", "ray": "tab:orange"}
+
+
+def plot_modes(ax: Any, results: dict[str, list[dict[str, float]]], key: str, label: str) -> None:
+    """A bar per data mode (median) with each round as a dot."""
+    modes = [m for m in MODE_COLORS if results.get(m)]
+    for i, mode in enumerate(modes):
+        xs = [r[key] for r in results[mode]]
+        med = common.median(xs)
+        ax.bar(i, med, color=MODE_COLORS[mode])
+        ax.plot([i] * len(xs), xs, "k.", markersize=5)
+        ax.text(i, med, f"{med:.2f}" if med < 100 else f"{med:.0f}", ha="center", va="bottom", fontsize=8)
+    ax.set_xticks(range(len(modes)), modes, fontsize=8)
+    ax.set_ylabel(label)
+
+
+def data_chart(path: str) -> bool:
+    """bench_data's modes: steps/s, time to the first batch, rank peak memory; False without results."""
+    plt, data = _pyplot(), load("bench_data")
+    if plt is None or not data or not data.get("results"):
+        return False
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.6))
+    plot_modes(axes[0], data["results"], "steps_per_s", "steps/s (median; dots: rounds)")
+    step = data["args"]["step_ms"]
+    axes[0].axhline(1000 / step, color="k", linestyle=":", linewidth=1)
+    axes[0].set_title(f"Training steps/s (dotted: the {step:.0f} ms step alone)", fontsize=10)
+    plot_modes(axes[1], data["results"], "first_batch_s", "seconds")
+    axes[1].set_title("Time to the first batch", fontsize=10)
+    plot_modes(axes[2], data["results"], "peak_rss_mb", "MB")
+    axes[2].set_title("Rank peak RSS", fontsize=10)
+    info = data.get("machine", {})
+    fig.suptitle(f"bench_data: a {data['transform_s'] * 1000:.0f} ms transform per batch, 2 ranks, "
+                 f"{data['args']['rows']} rows | {info.get('cores', '?')} cores, torch {info.get('torch', '?')}, "
+                 f"pyspark {info.get('pyspark', '?')}", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
 def tables_of(name: str) -> str:
     """The tables, targets and ratio line a script printed last (results/<name>.txt)."""
     path = os.path.join(common.RESULTS, f"{name}.txt")
@@ -185,6 +226,9 @@ def update_readme() -> None:
 def main() -> None:
     png = os.path.join(common.HERE, "latency.png")
     if chart(png):
+        print(f"wrote {os.path.relpath(png, common.REPO)}")
+    png = os.path.join(common.HERE, "data.png")
+    if data_chart(png):
         print(f"wrote {os.path.relpath(png, common.REPO)}")
     update_readme()
     print("updated benchmarks/README.md tables")
