@@ -5,7 +5,9 @@
 Synthetic 3x64x64 float images (a DataFrame made by Spark tasks and cached; for Ray, made by Ray tasks and
 materialized), a CPU-heavy transform (the blur repeated until one batch takes about one training step on one
 core), and a training step whose compute is a stand-in accelerator (a fixed sleep and a tiny all_reduce), so
-that 2 cores can show what offloading does. 2 ranks. Modes:
+that 2 cores can show what offloading does. 2 ranks. Every mode runs with the same glibc allocator thresholds
+(the ranks and our data workers set them; Ray's workers get them through MALLOC_* variables): without them this
+numpy transform is 2.7 to 3.8 times slower, which would be a comparison of allocators. Modes:
 
   (a) inline      jt.batches without a transform; the blur in the rank's own loop
   (b) dataloader  a torch DataLoader in each rank (1 worker process each) making and blurring its share
@@ -34,6 +36,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common
 
 import data_jobs as J
+from jupyter_torchdist.rank.allocator import MMAP_THRESHOLD, TRIM_THRESHOLD, tune_allocator
 
 common.register_by_value(J)
 
@@ -48,25 +51,32 @@ def parse_args() -> argparse.Namespace:
     return ap.parse_args()
 
 
+def _timed_blur(x: Any, passes: int) -> float:
+    t0 = time.perf_counter()
+    J.blur(x, passes)
+    return time.perf_counter() - t0
+
+
 def calibrate(batch: int, step_s: float) -> tuple[int, float]:
     """Blur passes making one batch's transform take one step on one core (at least); (passes, seconds).
 
     Transform time = step time is where offloading can gain the most (2x: the step and the transform
-    overlap instead of adding up), so the comparison is about what each mode loses to overheads."""
+    overlap instead of adding up), so the comparison is about what each mode loses to overheads. Measured
+    after the warm-up (a busy machine would give too few passes): the median of full-length transforms,
+    one more pass while that median is short of the step."""
     import math
 
     import numpy as np
 
+    tune_allocator()  # as in the ranks and the data workers, where the transform runs
     x = np.random.default_rng(0).random((batch, 3, J.SIDE, J.SIDE), dtype=np.float32)
-    per = []
-    for _ in range(5):
-        t0 = time.perf_counter()
-        J.blur(x, 4)
-        per.append((time.perf_counter() - t0) / 4)
-    times = max(1, math.ceil(step_s / min(per)))
-    t0 = time.perf_counter()
-    J.blur(x, times)
-    return times, time.perf_counter() - t0
+    per = min(_timed_blur(x, 4) / 4 for _ in range(5))
+    passes = max(1, math.ceil(step_s / per))
+    seconds = common.median([_timed_blur(x, passes) for _ in range(5)])
+    while seconds < step_s:
+        passes += 1
+        seconds = common.median([_timed_blur(x, passes) for _ in range(5)])
+    return passes, seconds
 
 
 def _summary(values: list[dict[str, Any]]) -> dict[str, float]:
@@ -94,8 +104,11 @@ def run_ray(args: argparse.Namespace, passes: int) -> dict[str, float]:
 
     if not ray.is_initialized():
         # the training workers only sleep: they take a resource of their own, leaving both CPUs to Ray Data
+        # Ray's workers get the allocator thresholds our ranks and data workers set (rank/allocator.py), through
+        # glibc's environment variables, so that every mode runs the same transform at the same speed
+        env = {"MALLOC_MMAP_THRESHOLD_": str(MMAP_THRESHOLD), "MALLOC_TRIM_THRESHOLD_": str(TRIM_THRESHOLD)}
         ray.init(num_cpus=2, resources={"trainer": 2}, include_dashboard=False, log_to_driver=False,
-                 configure_logging=False)
+                 configure_logging=False, runtime_env={"env_vars": env})
     blur = J.blur_transform(passes)
 
     def make(batch: dict[str, Any]) -> dict[str, Any]:
@@ -187,13 +200,13 @@ def main() -> None:
     args = parse_args()
     started = time.perf_counter()
     info = common.begin("bench_data: preprocessing in the rank vs offloaded to Spark executors vs Ray Data")
-    passes, seconds = calibrate(args.batch, args.step_ms / 1000)
-    print(f"transform: {passes} blur passes = {seconds * 1000:.0f} ms per batch of {args.batch} on one core; "
-          f"step {args.step_ms:.0f} ms; {args.rows} rows; 2 ranks", flush=True)
     from jupyter_torchdist.launchers.spark_session import get_session
 
     common.warm_up()
     spark, _ = get_session()
+    passes, seconds = calibrate(args.batch, args.step_ms / 1000)
+    print(f"transform: {passes} blur passes = {seconds * 1000:.0f} ms per batch of {args.batch} on one core; "
+          f"step {args.step_ms:.0f} ms; {args.rows} rows; 2 ranks", flush=True)
     results = measure(args, spark, passes)
     memory = memory_flat(spark, args)
     print(f"rank peak RSS reading {args.rows} rows: {memory['x1']:.0f} MB; "

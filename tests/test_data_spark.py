@@ -76,16 +76,20 @@ def on_rank_with_transform(df):
     import torch.distributed as dist
 
     def where(pdf):
+        from jupyter_torchdist.rank.allocator import tuned
+
         pdf = pdf.copy()
         pdf["pid"] = os.getpid()
+        pdf["tuned"] = tuned()
         pdf["img"] = [v * 2 for v in pdf["img"]]
         return pdf
 
-    pids, doubled = set(), True
+    pids, doubled, tuned = set(), True, True
     for batch in jt.batches(df, 10, transform=where):
         pids |= set(batch["pid"].tolist())
         doubled &= bool((batch["img"][:, 0] == 2 * batch["id"]).all())
-    return {"rank": dist.get_rank(), "me": os.getpid(), "pids": pids, "doubled": doubled}
+        tuned &= bool(batch["tuned"].all())
+    return {"rank": dist.get_rank(), "me": os.getpid(), "pids": pids, "doubled": doubled, "tuned": tuned}
 
 
 def test_the_transform_runs_on_spark_executors_not_in_the_ranks(spark):
@@ -94,6 +98,7 @@ def test_the_transform_runs_on_spark_executors_not_in_the_ranks(spark):
     producers = set().union(*(v["pids"] for v in values))
     assert producers and not producers & ranks and os.getpid() not in producers
     assert all(v["doubled"] for v in values)
+    assert all(v["tuned"] for v in values), "the data workers keep large temporaries in the heap, as the ranks do"
 
 
 def failing_transform_loop(df):

@@ -24,6 +24,7 @@ from typing import Any
 import cloudpickle
 
 from ..contract import TLSPin
+from ..rank.allocator import tune_allocator
 from .codec import Header, encode
 from .convert import arrow_columns, output_columns
 from .plan import BLOCK_ROWS, block_order
@@ -191,6 +192,7 @@ def _failure(spec: ProducerSpec, piece: dict[str, Any], exc: BaseException, in_t
 
 def run_piece(spec: ProducerSpec, piece: dict[str, Any], batches: Iterator[Any]) -> dict[str, Any]:
     """Stream one piece to the ranks; its status: rows sent and transform time, or what failed."""
+    tune_allocator()  # transforms' large temporaries reuse the heap, as in the ranks (rank/allocator.py)
     _register(spec.sources)
     began = time.monotonic()
     stats = {"rows": 0.0, "transform_s": 0.0}
