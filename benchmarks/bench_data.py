@@ -16,9 +16,11 @@ numpy transform is 2.7 to 3.8 times slower, which would be a comparison of alloc
   (e) petastorm   make_spark_converter, when it can be imported next to this pyspark
 
 Measured per mode: steady steps/s (after the first two batches, mean over ranks), time to the first batch
-(from the start of the rank's function), and each rank's peak RSS; then the rank's peak RSS of (c) with
-the dataset 10 times larger (no transform, no sleep: the data plane as fast as it goes). Targets:
-(c) >= 1.8 x (a); (c) >= (d); peak RSS flat (10x data within 1.25x).
+(from the start of the rank's function), the epoch's steps/s (its steps over the time from the loop's start
+to its last step: start-up included; Ray Data computes ahead into its object store while Ray Train starts,
+so its steady rate is partly read from a finished buffer), and each rank's peak RSS; then the rank's peak
+RSS of (c) with the dataset 10 times larger (no transform, no sleep: the data plane as fast as it goes).
+Targets: (c) >= 1.8 x (a); (c) >= (d), steady and per epoch; peak RSS flat (10x data within 1.25x).
 """
 from __future__ import annotations
 
@@ -82,6 +84,8 @@ def calibrate(batch: int, step_s: float) -> tuple[int, float]:
 def _summary(values: list[dict[str, Any]]) -> dict[str, float]:
     return {"steps_per_s": sum(v["steps_per_s"] for v in values) / len(values),
             "first_batch_s": max(v["first_batch_s"] for v in values),
+            "epoch_s": max(v["epoch_s"] for v in values),
+            "epoch_steps_per_s": min(v["epoch_steps_per_s"] for v in values),
             "peak_rss_mb": max(v["peak_rss_mb"] for v in values), "steps": values[0]["steps"]}
 
 
@@ -172,27 +176,34 @@ def measure(args: argparse.Namespace, spark: Any, passes: int) -> dict[str, list
                 print(f"  {mode}: skipped ({exc})", flush=True)
                 continue
             results[mode].append(got)
-            print(f"  round {r} {mode}: {got['steps_per_s']:.2f} steps/s, first batch {got['first_batch_s']:.2f} s, "
-                  f"peak RSS {got['peak_rss_mb']:.0f} MB", flush=True)
+            print(f"  round {r} {mode}: {got['steps_per_s']:.2f} steps/s steady, first batch "
+                  f"{got['first_batch_s']:.2f} s, epoch {got['epoch_s']:.1f} s ({got['epoch_steps_per_s']:.2f} "
+                  f"steps/s), peak RSS {got['peak_rss_mb']:.0f} MB", flush=True)
     df.unpersist()
     return results
 
 
+KEYS = ("steps_per_s", "epoch_steps_per_s", "first_batch_s", "epoch_s", "peak_rss_mb")
+
+
 def report(results: dict[str, list[dict[str, float]]], memory: dict[str, float], petastorm: str) -> dict[str, Any]:
-    med = {m: {k: common.median([x[k] for x in xs]) for k in ("steps_per_s", "first_batch_s", "peak_rss_mb")}
-           for m, xs in results.items() if xs}
-    base = med.get("inline", {}).get("steps_per_s", float("nan"))
-    rows = [[m, f"{v['steps_per_s']:.2f}", f"{v['steps_per_s'] / base:.2f}x", f"{v['first_batch_s']:.2f}",
-             f"{v['peak_rss_mb']:.0f}"] for m, v in med.items()]
-    rows.append(["petastorm", "-", "-", "-", petastorm[:90]])
-    print(common.table(["mode", "steps/s", "vs inline", "first batch s", "rank peak RSS MB"], rows))
-    ours = med.get("offloaded", {}).get("steps_per_s", float("nan"))
-    ray = med.get("ray", {}).get("steps_per_s", float("nan"))
-    kv = {"offloaded_over_inline": ours / base, "offloaded_over_ray": ours / ray if ray == ray else float("nan"),
-          "rss_x1_mb": memory.get("x1", float("nan")), "rss_x10_mb": memory.get("x10", float("nan")),
-          "rss_growth": memory.get("x10", float("nan")) / memory.get("x1", float("nan"))}
+    med = {m: {k: common.median([x[k] for x in xs]) for k in KEYS} for m, xs in results.items() if xs}
+    nan = float("nan")
+    base = med.get("inline", {}).get("steps_per_s", nan)
+    rows = [[m, f"{v['steps_per_s']:.2f}", f"{v['steps_per_s'] / base:.2f}x", f"{v['epoch_steps_per_s']:.2f}",
+             f"{v['first_batch_s']:.2f}", f"{v['epoch_s']:.1f}", f"{v['peak_rss_mb']:.0f}"] for m, v in med.items()]
+    rows.append(["petastorm", "-", "-", "-", "-", "-", petastorm[:90]])
+    print(common.table(["mode", "steady steps/s", "vs inline", "epoch steps/s", "first batch s", "epoch s",
+                        "rank peak RSS MB"], rows))
+    ours, ray = med.get("offloaded", {}), med.get("ray", {})
+    kv = {"offloaded_over_inline": ours.get("steps_per_s", nan) / base,
+          "offloaded_over_ray": ours.get("steps_per_s", nan) / ray.get("steps_per_s", nan) if ray else nan,
+          "offloaded_over_ray_epoch": ours.get("epoch_steps_per_s", nan) / ray.get("epoch_steps_per_s", nan)
+          if ray else nan,
+          "rss_x1_mb": memory.get("x1", nan), "rss_x10_mb": memory.get("x10", nan),
+          "rss_growth": memory.get("x10", nan) / memory.get("x1", nan)}
     common.check_targets(kv, [("offloaded_over_inline", 1.8, True), ("offloaded_over_ray", 1.0, True),
-                              ("rss_growth", 1.25, False)])
+                              ("offloaded_over_ray_epoch", 1.0, True), ("rss_growth", 1.25, False)])
     return {"medians": med, "kv": kv}
 
 
