@@ -88,21 +88,25 @@ def _model(kind: str) -> tuple[Any, Any, Any]:
 
 
 def timed_steps(model: Any, opt: Any, x: Any, y: Any, steps: int, warmup: int) -> tuple[float, float]:
-    """Train ``steps`` steps on (x, y); (steps/s of steps ``warmup``..``steps``, timed after a barrier; last loss)."""
+    """Train ``steps`` steps on (x, y); (steps/s of steps ``warmup``..``steps``, timed after a barrier; last loss).
+    On a GPU the clock starts and stops with the device's queue drained."""
     import torch
     import torch.distributed as dist
 
+    sync = torch.cuda.synchronize if x.is_cuda else (lambda: None)
     loss_fn = torch.nn.CrossEntropyLoss()
     t0 = time.perf_counter()
     loss = torch.zeros(())
     for step in range(steps):
         if step == warmup:
+            sync()
             dist.barrier()
             t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
         loss = loss_fn(model(x), y)
         loss.backward()
         opt.step()
+    sync()
     return (steps - warmup) / (time.perf_counter() - t0), loss.item()
 
 
@@ -205,20 +209,8 @@ def gpu_throughput(steps: int = 300, warmup: int = 30) -> dict[str, Any]:
         opt = torch.optim.SGD(model.parameters(), lr=0.01)
         x = torch.randn(256, 2048, device=dev)
         y = torch.randint(0, 10, (256,), device=dev)
-        loss_fn = nn.CrossEntropyLoss()
-        t0 = None
-        for step in range(steps):
-            if step == warmup:
-                torch.cuda.synchronize()
-                dist.barrier()
-                t0 = time.perf_counter()
-            opt.zero_grad(set_to_none=True)
-            loss = loss_fn(model(x), y)
-            loss.backward()
-            opt.step()
-        torch.cuda.synchronize()
-        elapsed = time.perf_counter() - t0
-        return {"rank": dist.get_rank(), "steps_per_s": (steps - warmup) / elapsed, "loss": loss.item()}
+        rate, loss = timed_steps(model, opt, x, y, steps, warmup)
+        return {"rank": dist.get_rank(), "steps_per_s": rate, "loss": loss}
     finally:
         _close_group(opened)
 
