@@ -29,14 +29,16 @@ _tuned = False
 
 def tune_allocator() -> bool:
     """Set fixed glibc malloc thresholds in this process; False where that is not glibc or opted out."""
+    global _tuned
     if os.environ.get(OPT_OUT_ENV, "").strip().lower() == "default":
         return False
+    if _tuned:
+        return True  # a reused Python worker (one call per data task): find_library runs ldconfig, keep it once
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
         mallopt = libc.mallopt
     except (OSError, AttributeError):
         return False  # not glibc (musl, macOS): nothing to tune
-    global _tuned
     _tuned = bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))
     return _tuned
 
