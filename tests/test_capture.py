@@ -115,3 +115,19 @@ def test_the_magic_and_run_raise_the_same_capture_error(shell):
         jt.run(lambda: lock.locked(), n=2, local=True)
     assert type(from_magic) is type(from_api.value) is CaptureError
     assert isinstance(from_magic, jt.LaunchError) and "_thread.lock" in str(from_api.value)
+
+
+def test_shipped_code_keeps_the_cells_filename_so_tracebacks_show_its_lines(ns):
+    """cloudpickle 3.1.3+ renames every code object it ships to <dynamic-code>; ours keep the cell's name (and
+    the lines registered for it), for the cell's function and for notebook functions it calls."""
+    import traceback
+
+    exec(compile("def notebook_helper(x):\n    return 1 / x\n", "Cell In[3]", "exec"), ns)
+    compiled = compile_cell("y = notebook_helper(0)\ny", ns, filename="Cell In[7]")
+    fn, _, _ = cloudpickle.loads(pack(compiled.fn, max_bytes=MB))
+    assert fn.__code__.co_filename == "Cell In[7]"
+    with pytest.raises(ZeroDivisionError) as info:
+        fn()
+    text = "".join(traceback.format_exception(info.value))
+    assert 'File "Cell In[7]", line 1' in text and "y = notebook_helper(0)" in text
+    assert 'File "Cell In[3]", line 2' in text

@@ -15,9 +15,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import cloudpickle
-
 from .. import contract as C
+from .._pickle import dumps
 from . import DataError
 from .handles import DataFrameHandle
 
@@ -133,7 +132,7 @@ class _RankData:
             epoch = _Epoch(self.seq, self.receiver.open_feed(args.prefetch), self.cell)
             self.epochs[epoch.seq] = epoch
         msg = {"t": C.DATA_OPEN, "seq": epoch.seq, "feed": epoch.feed.token, "handle": handle.id,
-               "args": args.__dict__, "transform": cloudpickle.dumps(transform) if transform is not None else None,
+               "args": args.__dict__, "transform": dumps(transform) if transform is not None else None,
                "transform_name": getattr(transform, "__qualname__", repr(transform))[:200],
                "sources": _sources(transform), "address": self.receiver.listener.address,
                "pin": self.receiver.listener.pin}

@@ -2,12 +2,10 @@
 from __future__ import annotations
 
 import builtins
-import io
 import types
 from typing import Any, Callable
 
-import cloudpickle
-
+from .._pickle import Pickler, dumps
 from .._units import human_bytes
 from ..data.handles import reduce_dataframe
 from ..errors import CaptureError
@@ -15,8 +13,9 @@ from ..errors import CaptureError
 __all__ = ["pack", "referenced_globals"]
 
 
-class _Pickler(cloudpickle.Pickler):  # type: ignore[misc]
-    """cloudpickle, with each Spark DataFrame sent as a handle (``data.handles``) instead of failing."""
+class _Pickler(Pickler):
+    """Ours (code objects keep their filename), with each Spark DataFrame sent as a handle (``data.handles``)
+    instead of failing."""
 
     def reducer_override(self, obj: Any) -> Any:
         reduced = reduce_dataframe(obj)
@@ -24,9 +23,7 @@ class _Pickler(cloudpickle.Pickler):  # type: ignore[misc]
 
 
 def _dumps(obj: Any) -> bytes:
-    buf = io.BytesIO()
-    _Pickler(buf, protocol=5).dump(obj)
-    return buf.getvalue()
+    return dumps(obj, _Pickler)
 
 
 def _code_names(code: types.CodeType) -> set[str]:

@@ -2,15 +2,13 @@
 the failure (the traceback from the cell's own frame down, in its own line numbers)."""
 from __future__ import annotations
 
-import io
 import os
 import time
 import traceback
 from typing import Any
 
-import cloudpickle
-
 from .. import contract as C
+from .._pickle import Pickler, dumps
 from .._units import human_bytes
 
 __all__ = ["dumps_value", "final_message", "summary", "user_traceback"]
@@ -26,7 +24,7 @@ def dumps_value(value: Any) -> bytes:
     """cloudpickle the value with every tensor moved to the CPU (the kernel may have no GPU)."""
     import torch
 
-    class CpuPickler(cloudpickle.Pickler):  # type: ignore[misc]
+    class CpuPickler(Pickler):
         def reducer_override(self, obj: Any) -> Any:
             if isinstance(obj, torch.Tensor) and obj.device.type != "cpu":
                 if isinstance(obj, torch.nn.Parameter):
@@ -34,9 +32,7 @@ def dumps_value(value: Any) -> bytes:
                 return _identity, (obj.detach().cpu(),)
             return super().reducer_override(obj)
 
-    buf = io.BytesIO()
-    CpuPickler(buf, protocol=5).dump(value)
-    return buf.getvalue()
+    return dumps(value, CpuPickler)
 
 
 def user_traceback(exc: BaseException, filename: str) -> str:
