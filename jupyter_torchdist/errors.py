@@ -15,10 +15,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from .kernel.result import RunResult
+from typing import Any, Protocol
 
 __all__ = [
     "RankFailure", "DistributeError", "OptionsError", "LaunchError", "CaptureError", "RunError",
@@ -37,6 +34,18 @@ _SECONDARY = re.compile(
 def is_secondary(summary: str, traceback_text: str = "") -> bool:
     """Whether a rank's error reads like an echo of a peer's failure rather than its own."""
     return bool(_SECONDARY.search(summary) or _SECONDARY.search(traceback_text[-2000:]))
+
+
+class RunOutcome(Protocol):
+    """What a run left behind (``kernel.result.RunResult``), as the errors carry it: declared here so that
+    this module, which every layer imports, imports none of them."""
+
+    value: Any
+    values: dict[int, Any]
+    state: Any
+    logs: dict[int, list[tuple[str, str]]]
+
+    def report(self) -> Any: ...
 
 
 @dataclass(frozen=True)
@@ -62,7 +71,7 @@ def root_cause(failures: dict[int, RankFailure]) -> RankFailure:
 class DistributeError(Exception):
     """Base of our errors. IPython shows ``_render_traceback_`` instead of our frames."""
 
-    result: RunResult | None = None  # the run's state and logs, when a run had started
+    result: RunOutcome | None = None  # the run's state and logs, when a run had started
 
     def _render_traceback_(self) -> list[str]:
         return [f"\x1b[31m{type(self).__name__}\x1b[0m: {self}"]
@@ -88,7 +97,7 @@ class RunError(DistributeError):
     """
 
     def __init__(self, headline: str, failures: dict[int, RankFailure] | None = None, world_size: int = 0,
-                 *, result: RunResult | None = None, extra: list[str] | None = None) -> None:
+                 *, result: RunOutcome | None = None, extra: list[str] | None = None) -> None:
         self.headline = headline
         self.failures = dict(failures or {})
         self.world_size = world_size
@@ -125,7 +134,7 @@ class RunFailed(RunError):
     """At least one rank failed; the root cause is the earliest real failure."""
 
     def __init__(self, headline: str, failures: dict[int, RankFailure] | None = None, world_size: int = 0,
-                 *, result: RunResult | None = None, extra: list[str] | None = None) -> None:
+                 *, result: RunOutcome | None = None, extra: list[str] | None = None) -> None:
         if not failures:
             raise ValueError("RunFailed needs at least one rank's failure; use RunError for a run that "
                              "ended without one")

@@ -16,7 +16,7 @@ import pytest
 import jupyter_torchdist as jt
 from jupyter_torchdist.kernel.pickling import pack
 from jupyter_torchdist.errors import RunFailed, RunInterrupted, RunTimeout
-from jupyter_torchdist.launchers import get_launcher
+from jupyter_torchdist.kernel.rankset import RankSet
 from jupyter_torchdist.options import RunOptions
 from jupyter_torchdist.kernel.run import execute
 from jupyter_torchdist.views import NullView
@@ -155,7 +155,7 @@ def test_value_too_large_to_bring_back_says_its_size_and_what_to_do(spark):
     options = RunOptions(n=2, max_value_mb=1)
     payload = pack(fh.big_value, (2.5,), max_bytes=1 << 20)
     with pytest.raises(RunFailed) as info:
-        execute(payload, options, get_launcher(False), NullView())
+        execute(payload, options, RankSet(options), NullView())
     root = info.value.root
     assert root.rank == 0
     assert "2.5 MB" in root.summary and "over the limit of 1.0 MB" in root.summary and "--max-value-mb" in root.summary
@@ -167,7 +167,7 @@ def test_a_ranks_result_arriving_after_its_agents_exit_report_is_still_a_success
     exited" can overtake the rank's own result. Here rank 1's messages are delivered 300 ms late."""
     import queue
 
-    from jupyter_torchdist.kernel import run as supervisor
+    from jupyter_torchdist.kernel import rankset as supervisor
 
     class LateRankOne:
         """Rank 1's messages go through one forwarding thread, each 300 ms late and in order."""

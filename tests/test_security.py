@@ -16,7 +16,7 @@ import jupyter_torchdist as jt
 from jupyter_torchdist.channel import server as channel_mod
 from jupyter_torchdist.channel import protocol as P
 from jupyter_torchdist.channel import tls
-from jupyter_torchdist.kernel import run as supervisor
+from jupyter_torchdist.kernel import rankset as supervisor
 from jupyter_torchdist.channel.server import ChannelServer
 from jupyter_torchdist.launchers import spark_session as spark_launcher
 from jupyter_torchdist.channel.client import connect

@@ -16,7 +16,6 @@ is not retried: it comes back as the task's status and fails the epoch at once, 
 from __future__ import annotations
 
 import json
-import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,10 +23,11 @@ from typing import Any, Final
 
 from .. import contract as C
 from ..contract import Inbound
+from ..launchers.base import DataPlane
 from .plan import EpochPlan, Piece, plan_epoch
 from .producer import PIECE_PROPERTY, STATUS_SCHEMA, ProducerSpec, producer
 
-__all__ = ["DataJob", "JobSetup", "default_workers", "data_slots", "ATTEMPTS"]
+__all__ = ["DataJob", "JobSetup", "ATTEMPTS"]
 
 ATTEMPTS: Final = 3
 _counts: dict[tuple[int, tuple[str, ...] | None, int], tuple[Any, list[int]]] = {}
@@ -44,23 +44,8 @@ class JobSetup:
     args: dict[str, Any]
     spec: ProducerSpec
     group: str
+    plane: DataPlane        # where the data tasks run (the DataFrame's session), and how they are submitted
     pipeline: bool = False  # free task slots for two tasks per worker: each starts its next piece's task early
-
-
-def _local_cores(master: str) -> int | None:
-    if not master.startswith("local"):
-        return None
-    inside = master[master.find("[") + 1:master.find("]")] if "[" in master else "1"
-    first = inside.split(",")[0].strip()
-    cores = os.cpu_count() or 1
-    return cores if first == "*" else min(cores, int(first)) if first.isdigit() else cores
-
-
-def default_workers(session: Any, ranks: int, free: int) -> int:
-    """The session's task slots beyond the ranks' (``free``); on a local master, its cores beyond the ranks'.
-    At least 1."""
-    cores = _local_cores(session.sparkContext.master)
-    return max(1, (cores - ranks) if cores is not None else free)
 
 
 def _source(df: Any, columns: tuple[str, ...] | None, workers: int) -> Any:
@@ -99,20 +84,6 @@ def _partition_counts(df: Any, source: Any, key: tuple[int, tuple[str, ...] | No
     with _counts_lock:
         _counts[key] = (df, counts)
     return counts
-
-
-def data_slots(session: Any) -> int:
-    """Task slots a data task can use: with GPU scheduling, every core of every executor (data tasks ask for
-    no GPU); otherwise the session's task slots."""
-    from ..launchers.spark_session import conf_of, slots_available
-
-    sc = session.sparkContext
-    conf = conf_of(sc)
-    if not conf.get("spark.task.resource.gpu.amount") or sc.master.startswith("local"):
-        return slots_available(session)
-    executors = max(0, int(sc._jsc.sc().getExecutorMemoryStatus().size()) - 1)  # less the driver
-    cores = int(conf.get("spark.executor.cores", "1") or 1) // max(1, int(conf.get("spark.task.cpus", "1") or 1))
-    return executors * cores
 
 
 def _resources(rdd: Any, conf: dict[str, str]) -> Any:
@@ -158,14 +129,11 @@ class DataJob:
         self._rdd: Any = None
 
     def start(self) -> EpochPlan:
-        from ..launchers.spark import submit_job
-        from ..launchers.spark_session import conf_of
-
         s, a = self.setup, self.setup.args
         sc = s.df.sparkSession.sparkContext
         sc.setJobGroup(s.group, "jupyter-torchdist data: counting rows", interruptOnCancel=True)  # cancel() stops it
         try:
-            return self._start(s, a, submit_job, conf_of(sc))
+            return self._start(s, a, s.plane.submit, s.plane.conf())
         finally:
             sc.setLocalProperty("spark.jobGroup.id", None)
 
@@ -208,9 +176,7 @@ class DataJob:
             try:
                 return dict(json.loads(_run_partition(sc, self._rdd, piece.partition)))
             except Exception as exc:
-                from ..launchers.spark import error_summary
-
-                last = error_summary(exc)
+                last = self.setup.plane.describe(exc)
             finally:
                 self._status(lane, running=-1)
         return {"error": f"the data task for partition {piece.partition} failed {ATTEMPTS} times; the last "
@@ -244,10 +210,7 @@ class DataJob:
         if self.cancelled.is_set():
             return
         self.cancelled.set()
-        try:
-            self.setup.df.sparkSession.sparkContext.cancelJobGroup(self.setup.group)
-        except Exception:
-            pass
+        self.setup.plane.cancel(self.setup.group)
 
     def wait(self, timeout: float) -> bool:
         """True once every lane has ended (its last task finished or was cancelled)."""

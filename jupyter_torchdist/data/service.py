@@ -17,6 +17,8 @@ from typing import Any, Final
 
 from .. import contract as C
 from ..contract import Inbound
+from ..launchers import data_plane
+from ..launchers.spark_jobs import error_summary
 from .handles import resolve
 
 __all__ = ["DataService", "CLOSE_WAIT_S"]
@@ -104,27 +106,22 @@ class DataService:
 
     # -- an epoch -------------------------------------------------------------------------------------
     def _setup(self, epoch: _Epoch) -> Any:
-        from .job import JobSetup, default_workers
+        from .job import JobSetup
         from .producer import ProducerSpec
 
         _same_request(epoch.opens)
         first = epoch.opens[0]
-        df = resolve(str(first.get("handle")))
-        if df is None:
-            raise SetupError("batches() got a DataFrame handle this kernel does not know (from another kernel, or "
-                             "made before a restart): use the DataFrame in the cell itself")
-        if self.loopback and not df.sparkSession.sparkContext.master.startswith("local"):
+        df = _dataframe(str(first.get("handle")))
+        plane = data_plane(df.sparkSession)
+        if self.loopback and not plane.local:
             raise SetupError("these ranks run on the kernel's machine and listen on 127.0.0.1, but the DataFrame's "
                              "session is a cluster whose executors cannot reach them: run the ranks on the cluster "
                              "(drop --local)")
-        if not hasattr(df, "_jdf"):
-            raise SetupError("batches() needs a classic SparkSession's DataFrame: Spark Connect DataFrames cannot "
-                             "run the data job yet")
         args = dict(first["args"])
         args["columns"] = tuple(args["columns"]) if args.get("columns") else None
-        free = _free_slots(df.sparkSession, self.ranks_in_slots)
-        _check_slots(free, self.workers, df.sparkSession.sparkContext.master)
-        workers = self.workers or min(free, default_workers(df.sparkSession, self.world, free))
+        free = plane.free_slots(self.ranks_in_slots)
+        _check_slots(free, self.workers, plane.master)
+        workers = self.workers or min(free, plane.default_workers(self.world, free))
         spec = ProducerSpec(
             secret=self.secret, addresses=tuple(tuple(epoch.opens[r]["address"]) for r in range(self.world)),
             pins=tuple(epoch.opens[r].get("pin") for r in range(self.world)),
@@ -133,7 +130,7 @@ class DataService:
             shuffle=bool(args["shuffle"]), seed=int(args["seed"]), epoch=int(args["epoch"]),
             sources=_sources(epoch.opens))
         return JobSetup(df, self.world, workers, args, spec, f"jupyter-torchdist-data-{self.run_id}-{epoch.seq}",
-                        pipeline=free >= 2 * workers)
+                        plane=plane, pipeline=free >= 2 * workers)
 
     def _start(self, epoch: _Epoch) -> None:
         from .job import DataJob
@@ -151,8 +148,6 @@ class DataService:
             self._fail(epoch, str(exc), "")
             return
         except Exception as exc:
-            from ..launchers.spark import error_summary
-
             self._fail(epoch, f"the data job could not start: {error_summary(exc)}", "")
             return
         reply = {"t": C.DATA_PLAN, "seq": epoch.seq, "steps": plan.steps, "rows": plan.rows_used,
@@ -190,10 +185,15 @@ class DataService:
                 epoch.job.wait(max(0.0, deadline - time.monotonic()))
 
 
-def _held() -> int:
-    from ..launchers.spark import held_slots
-
-    return held_slots()
+def _dataframe(handle: str) -> Any:
+    df = resolve(handle)
+    if df is None:
+        raise SetupError("batches() got a DataFrame handle this kernel does not know (from another kernel, or made "
+                         "before a restart): use the DataFrame in the cell itself")
+    if not hasattr(df, "_jdf"):
+        raise SetupError("batches() needs a classic SparkSession's DataFrame: Spark Connect DataFrames cannot run "
+                         "the data job yet")
+    return df
 
 
 def _check_slots(free: int, asked: int | None, master: str) -> None:
@@ -205,10 +205,3 @@ def _check_slots(free: int, asked: int | None, master: str) -> None:
     if asked is not None and asked > free:
         raise SetupError(f"--data-workers {asked} needs {asked} free task slots beside the ranks, but the "
                          f"SparkSession ({master}) has {free}: ask for at most {free}, or give it more slots")
-
-
-def _free_slots(session: Any, ranks_in_slots: int) -> int:
-    """Task slots the data job can use beside the ranks (and kept ranks)."""
-    from .job import data_slots
-
-    return data_slots(session) - _held() - ranks_in_slots

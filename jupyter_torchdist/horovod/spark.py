@@ -84,15 +84,14 @@ def _checked_env(env: Mapping[str, str] | None) -> dict[str, str]:
 def _default_num_proc() -> int:
     """Spark's default parallelism, as Horovod takes it; a clear error when the session has fewer task slots."""
     from ..errors import LaunchError
-    from ..launchers.spark import _session
-    from ..launchers.spark_session import slots_available
+    from ..launchers import launcher_for
+    from ..options import RunOptions
 
-    spark, _ = _session()
-    parallelism, slots = int(spark.sparkContext.defaultParallelism), slots_available(spark)
-    if parallelism > slots:
-        raise LaunchError(f"num_proc=None means Spark's default parallelism, {parallelism} here, but this "
-                          f"SparkSession ({spark.sparkContext.master}) runs {slots} tasks at once: pass num_proc=N "
-                          f"with N <= {slots}.")
+    capacity = launcher_for(RunOptions(n=1, all_ranks=True)).capacity()
+    parallelism, slots = capacity.default_ranks, capacity.slots
+    if slots is not None and parallelism > slots:
+        raise LaunchError(f"num_proc=None means Spark's default parallelism, {parallelism} here, but "
+                          f"{capacity.where} runs {slots} tasks at once: pass num_proc=N with N <= {slots}.")
     return parallelism
 
 

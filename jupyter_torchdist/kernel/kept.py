@@ -9,100 +9,20 @@ set, and a kernel that dies takes them with it (their agents kill them when the 
 from __future__ import annotations
 
 import atexit
-import queue
-import secrets
-import time
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
-from .. import contract as C
-from ..channel.server import ChannelServer
-from ..contract import Inbound, LaunchInfo, RunPlan
-from ..launchers import get_launcher
-from ..launchers.base import Launcher
 from ..options import RunOptions
 from ..views import NullView, RunView
+from .kept_cell import kept_cell
 from .pickling import pack
+from .rankset import KeptInfo, RankSet
 from .result import RunResult
+from .run import execute
 
 __all__ = ["Ranks", "KeptInfo", "notebook_ranks", "set_notebook_ranks"]
-
-_FRAME_SLACK = 8 << 20
-_BROKEN_BETWEEN = {(C.AGENT, C.EXIT), (C.BACKEND, C.LOST), (C.BACKEND, C.JOB_END), (C.RANK, C.DISCONNECTED)}
-
-
-@dataclass(frozen=True)
-class KeptInfo:
-    """What ``jupyter_torchdist.kept()`` says about the notebook's kept ranks."""
-
-    n: int
-    backend: str
-    gpu: bool
-    local: bool
-    hosts: dict[int, tuple[str, int | None]]  # rank -> (host, pid)
-    since: float                               # when they started (time.time())
-    cells: int                                 # cells run so far
-
-
-class _KeptSet:
-    """The live part: launcher, channel and what the kernel learnt about the ranks."""
-
-    def __init__(self, options: RunOptions) -> None:
-        self.options = options
-        self.launcher: Launcher = get_launcher(options.local)
-        self.info: LaunchInfo = self.launcher.prepare(options)
-        self.inbox: queue.SimpleQueue[Inbound] = queue.SimpleQueue()
-        self.server = ChannelServer(options.n, host=self.info.channel_host, inbox=self.inbox,
-                                    max_frame=options.max_value_bytes + _FRAME_SLACK, tls=self.info.channel_tls,
-                                    watcher=self.info.watcher, lost_hint=self.info.lost_hint)
-        self.run_id = secrets.token_hex(6)
-        self.cells, self.since = 0, time.time()
-        self.hosts: dict[int, tuple[str, int | None]] = {}
-        self.rank_names: set[str] = set()
-
-    def plan(self, payload: bytes, filename: str, source: str, options: RunOptions) -> RunPlan:
-        return RunPlan(run_id=self.run_id, world_size=options.n, address=self.server.address,
-                       secret=self.server.secret, payload=payload, filename=filename, source=source,
-                       gpu=options.gpu, threads=options.backend_threads, max_value_bytes=options.max_value_bytes,
-                       all_ranks=options.all_ranks, loopback=self.info.loopback, tls=self.server.tls_pin, keep=True)
-
-    def send_cell(self, cell: int, payload: bytes, filename: str, source: str, options: RunOptions) -> None:
-        msg = {"t": C.CELL, "cell": cell, "payload": payload, "filename": filename, "source": source,
-               "all_ranks": options.all_ranks, "max_value_bytes": options.max_value_bytes}
-        for rank in range(self.options.n):
-            self.server.send(rank, C.RANK, msg)
-
-    def lost_between_cells(self) -> str | None:
-        """Drain what came since the last cell; why the set broke meanwhile, or None."""
-        why = None
-        while True:
-            try:
-                ev = self.inbox.get_nowait()
-            except queue.Empty:
-                return why
-            if (ev.role, ev.msg.get("t")) in _BROKEN_BETWEEN and why is None:
-                what = ev.msg.get("summary") or ev.msg.get("signal") or ev.msg.get("code") or ev.msg.get("t")
-                why = f"rank {ev.rank} ended between cells ({what})" if ev.rank >= 0 else "the launcher's job ended"
-
-    def stop(self, wait_s: float = 10.0) -> None:
-        """Kill every rank, end the launcher's job, close the channel; waits up to ``wait_s`` for the job."""
-        self.server.stop_all("the kept ranks were stopped")
-        if wait_s <= 0:
-            self.launcher.cancel()
-        deadline, cancelled = time.time() + wait_s, wait_s <= 0
-        while time.time() < deadline:
-            try:
-                ev = self.inbox.get(timeout=0.1)
-            except queue.Empty:
-                ev = None
-            if ev is not None and ev.rank < 0 and ev.msg.get("t") == C.JOB_END:
-                break
-            if not cancelled and time.time() > deadline - wait_s + 2.0:
-                self.launcher.cancel()  # agents had 2 s to stop their ranks themselves
-                cancelled = True
-        self.server.close()
 
 
 _live: weakref.WeakSet[Ranks] = weakref.WeakSet()
@@ -120,8 +40,15 @@ class Ranks:
                  timeout: float | None = None, all_ranks: bool = False, data_workers: int | None = None) -> None:
         self.options = RunOptions(n=n, gpu=gpu, local=local, backend_threads=threads, timeout=timeout,
                                   all_ranks=all_ranks, keep=True, data_workers=data_workers)
-        self._set: _KeptSet | None = None
+        self._set: RankSet | None = None
         _live.add(self)
+
+    @classmethod
+    def for_options(cls, options: RunOptions) -> Ranks:
+        """Kept ranks for what a cell asked for (the magic's ``--keep``)."""
+        ranks = cls(options.n)
+        ranks.options = replace(options, keep=True)
+        return ranks
 
     def __enter__(self) -> Ranks:
         return self
@@ -130,13 +57,19 @@ class Ranks:
         self.stop()
 
     @property
+    def _up(self) -> RankSet | None:
+        """The kept set, unless a cell broke it (it closed itself then)."""
+        return self._set if self._set is not None and not self._set.closed else None
+
+    @property
     def alive(self) -> bool:
-        return self._set is not None
+        return self._up is not None
 
     @property
     def rank_names(self) -> set[str]:
         """Global names the ranks' own code has defined (they win over notebook values)."""
-        return set(self._set.rank_names) if self._set is not None else set()
+        up = self._up
+        return set(up.rank_names) if up is not None else set()
 
     def run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Call ``fn(*args, **kwargs)`` on every rank; rank 0's value (or every rank's)."""
@@ -147,9 +80,8 @@ class Ranks:
         """Run ``source`` like a notebook cell on every rank (names it assigns stay on the ranks).
 
         Names it reads that the ranks do not define come from ``namespace`` (shipped by value)."""
-        from .kept_cell import kept_cell
-
-        filename = f"<kept-cell-{self._set.cells + 1 if self._set else 1}>"
+        up = self._up
+        filename = f"<kept-cell-{up.cells + 1 if up else 1}>"
         cell = kept_cell(source, filename, namespace or {}, self.rank_names)
         payload = pack(cell, max_bytes=self.options.max_payload_bytes, named=cell.shipped)
         return self.execute(payload, self.options, title="run_cell on kept ranks", filename=filename,
@@ -157,31 +89,23 @@ class Ranks:
 
     def stop(self) -> bool:
         """Stop the ranks (every process gone, their slots free). False if none were up."""
-        kept, self._set = self._set, None
+        kept, self._set = self._up, None
         if kept is None:
             return False
-        kept.stop()
+        kept.close()
         return True
 
     def describe(self) -> KeptInfo | None:
-        k = self._set
-        if k is None:
-            return None
-        return KeptInfo(n=k.options.n, backend=k.info.label, gpu=k.options.gpu, local=k.options.local,
-                        hosts=dict(k.hosts), since=k.since, cells=k.cells)
+        up = self._up
+        return up.describe() if up is not None else None
 
     def execute(self, payload: bytes, options: RunOptions, *, title: str, view: RunView | None = None,
                 filename: str = "<distributed>", source: str = "") -> RunResult:
         """Run one packed payload as the next cell (starting the ranks first if none are up)."""
-        from .kept_run import run_kept_cell
-
-        if self._set is None:
-            self._set = _KeptSet(replace(options, keep=True))
-        return run_kept_cell(self, self._set, payload, options, view or NullView(), title, filename, source)
-
-    def _forget(self) -> None:
-        """The set broke during a cell and was stopped there."""
-        self._set = None
+        ranks = self._up
+        if ranks is None:
+            ranks = self._set = RankSet(replace(options, keep=True), keep=True)
+        return execute(payload, options, ranks, view or NullView(), filename=filename, source=source, title=title)
 
 
 _notebook: Ranks | None = None

@@ -1,8 +1,10 @@
 """``%%distribute --keep`` and ``%distribute_stop``: the notebook's one set of kept ranks."""
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
+from ..launchers import backend_for
 from ..options import RunOptions
 from ..views import make_view
 from .cell import CellSyntaxError
@@ -30,7 +32,7 @@ def stop_kept() -> str:
     info = ranks.describe()
     ranks.stop()
     set_notebook_ranks(None)
-    slots = "" if info is None or info.local else f"; their {info.n} Spark task slots are free"
+    slots = f"; their {info.n} {info.holds} are free" if info is not None and info.holds else ""
     return f"stopped the {_describe(info) if info else 'kept ranks'}: every rank process has ended{slots}"
 
 
@@ -39,8 +41,9 @@ def _differs(info: KeptInfo, options: RunOptions) -> str | None:
         return f"this cell asks for -n {options.n}"
     if options.gpu != info.gpu:
         return "this cell " + ("asks for --gpu" if options.gpu else "runs without --gpu")
-    if options.local != info.local:
-        return "this cell " + ("asks for --local" if options.local else "runs on Spark, not --local")
+    backend = backend_for(options).name
+    if backend != info.backend_name:
+        return f"this cell runs on the {backend} backend, the kept ranks on the {info.backend_name} backend"
     return None
 
 
@@ -55,7 +58,7 @@ def _ranks_for(options: RunOptions) -> Ranks:
         ranks = None
     if ranks is None:
         n = options.n if options.n_explicit or info is None else info.n
-        ranks = Ranks(n, gpu=options.gpu, local=options.local, threads=options.backend_threads)
+        ranks = Ranks.for_options(replace(options, n=n, timeout=None, all_ranks=False, data_workers=None))
         set_notebook_ranks(ranks)
     return ranks
 

@@ -14,9 +14,16 @@ from typing import Final
 
 from .. import contract as C
 from ..contract import Inbound
+from ..errors import RunError
+from ..options import RunOptions
 from .supervisor import FRAME_S, ECHO_GRACE_S, Supervisor
 
-__all__ = ["KeptSupervisor", "KEEP_GRACE_S"]
+__all__ = ["KeptSupervisor", "KEEP_GRACE_S", "SURVIVED", "STOPPED"]
+
+SURVIVED = ("The kept ranks survived: every rank is back waiting for the next cell, with its state as this cell "
+            "left it.")
+STOPPED = "The kept ranks were stopped ({why}): their state (models, optimizers, variables) is gone. The next " \
+          "--keep cell starts new ones."
 
 KEEP_GRACE_S: Final = 3.0     # after an interrupt, how long every rank has to get back to waiting
 BREAK_LIMIT_S: Final = 10.0   # after breaking the set, how long to wait for every rank's end
@@ -27,13 +34,15 @@ EXIT_GRACE_S: Final = 1.0     # a rank's connection closed: its agent says how i
 class KeptSupervisor(Supervisor):
     """``broken`` says why the kept set had to be stopped during this cell (None: it survives)."""
 
-    broken: str | None = None
     broken_at: float | None = None
     closed_at: dict[int, float] | None = None  # ranks whose connection closed, and when
 
     def handle(self, ev: Inbound) -> None:
-        super().handle(ev)
         t = ev.msg.get("t")
+        if ev.rank == 0 and ev.role == C.RANK and t == C.RESULT and ev.msg.get("cell") == self.state.cell:
+            names = ev.msg.get("names")
+            self.names = [str(n) for n in names] if isinstance(names, list) else None
+        super().handle(ev)
         if ev.role == C.AGENT and t == C.EXIT or ev.role == C.BACKEND and t in (C.LOST, C.JOB_END):
             where = "the launcher's job ended" if ev.rank < 0 else f"rank {ev.rank}'s process ended"
             self.break_set(f"{where} during the cell")
@@ -94,3 +103,18 @@ class KeptSupervisor(Supervisor):
 
     def wrap_up(self) -> None:
         """The set goes on after the cell unless it broke (then its job was cancelled already)."""
+
+    def conclude(self, options: RunOptions) -> RunError | None:
+        """The cell's outcome, saying whether the kept ranks survived it (the set is closed first if it broke)."""
+        if self.broken is not None:
+            self.state.close_out(time.time())
+        error = self.state.conclude(time.time(), timeout=options.timeout, value_needed=not options.all_ranks)
+        if self.broken is not None:
+            line = STOPPED.format(why=self.broken)
+            error = error or RunError(f"the kept ranks were lost: {self.broken}", world_size=options.n)
+            self.state.notes.append(line)
+            error.extra.append(line)
+        elif error is not None:
+            self.state.notes.append(SURVIVED)
+            error.extra.append(SURVIVED)
+        return error

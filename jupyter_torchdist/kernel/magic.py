@@ -8,6 +8,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
 
 from ..errors import OptionsError
+from ..launchers import warm_up
 from ..options import RunOptions, options_help, parse_options
 from ..views import make_view
 from . import kept_magic
@@ -103,13 +104,9 @@ def _activate_embedded_session(*_: Any) -> None:
 
 def load(ipython: Any) -> None:
     ipython.register_magics(DistributeMagics)
-    try:
-        from ..launchers.spark_session import warm_up_async
-    except ImportError:
-        return  # no pyspark: --local still works
     ipython.events.register("pre_run_cell", _activate_embedded_session)
     if os.environ.get(WARMUP_ENV, "1") != "0":
-        warm_up_async()
+        warm_up()
 
 
 def unload(ipython: Any) -> None:

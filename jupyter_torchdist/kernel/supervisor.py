@@ -20,7 +20,9 @@ import cloudpickle
 from .. import contract as C
 from ..channel.server import ChannelServer
 from ..contract import Inbound
+from ..errors import RunError
 from ..launchers.base import Launcher
+from ..options import RunOptions
 from ..views import RunView
 from .rendezvous import plan_rendezvous
 from .state import RunState
@@ -36,6 +38,9 @@ ECHO_GRACE_S: Final = 1.0     # a peer's "connection closed" may arrive before t
 
 class Supervisor:
     """One run's loop: ``run_until_done`` returns once every rank is accounted for (or we gave up)."""
+
+    broken: str | None = None        # why the ranks had to be killed and cannot take another cell (kept ranks)
+    names: list[str] | None = None   # the global names rank 0's own code defined (kept ranks)
 
     def __init__(self, state: RunState, server: ChannelServer, launcher: Launcher, view: RunView,
                  inbox: queue.SimpleQueue[Inbound], deadline: float | None) -> None:
@@ -174,6 +179,11 @@ class Supervisor:
         """The loop is over: whatever the launcher still runs for this run goes."""
         if self.state.job_ended_at is None:
             self.cancel()
+
+    def conclude(self, options: RunOptions) -> RunError | None:
+        """The run's outcome once the loop is over: None for a success, else the error to raise."""
+        self.state.close_out(time.time())
+        return self.state.conclude(time.time(), timeout=options.timeout, value_needed=not options.all_ranks)
 
 
 @contextlib.contextmanager

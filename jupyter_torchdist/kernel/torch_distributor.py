@@ -68,7 +68,7 @@ class TorchDistributor:
             self.last_result = launch(Work(fn, tuple(args), kwargs, title=f"{title} on {self.num_processes}"),
                                       options, make_view(_shell()))
         except DistributeError as exc:
-            self.last_result = exc.result
+            self.last_result = exc.result if isinstance(exc.result, RunResult) else None
             if isinstance(exc, LaunchError) and self.use_gpu and "gpu" in str(exc).lower():
                 raise LaunchError(f"{exc}\n(TorchDistributor's use_gpu defaults to True, as in pyspark: "
                                   "pass use_gpu=False to train on the CPU.)") from None

@@ -1,17 +1,39 @@
-"""Launcher backends, one per file, behind the small interface in ``base``; pyspark only in ``spark*``."""
+"""Launcher backends, one per file, behind the small interface in ``base``; chosen by ``registry``.
+
+The built-in backends are registered here, and nowhere else. pyspark is imported only by the Spark
+backend's modules (``spark*``), when a run chooses it.
+"""
 from __future__ import annotations
 
-from .base import Launcher
+from typing import Any
 
-__all__ = ["Launcher", "get_launcher"]
+from ..options import RunOptions
+from .base import Capacity, DataPlane, Launcher
+from .registry import Backend, backend_for, backends, launcher_for, register, unregister
+
+__all__ = ["Launcher", "Capacity", "DataPlane", "Backend", "register", "unregister", "backends", "backend_for",
+           "launcher_for", "data_plane", "warm_up"]
 
 
-def get_launcher(local: bool) -> Launcher:
-    """The launcher for a run: Spark by default, plain local processes with ``--local``."""
-    if local:
-        from .local import LocalLauncher
+def _local(options: RunOptions) -> bool:
+    return options.local
 
-        return LocalLauncher()
-    from .spark import SparkLauncher
 
-    return SparkLauncher()
+register("local", "jupyter_torchdist.launchers.local:LocalLauncher", _local, priority=100)
+register("spark", "jupyter_torchdist.launchers.spark:SparkLauncher", lambda options: True, priority=-100)
+
+
+def data_plane(session: Any) -> DataPlane:
+    """Where a DataFrame's ``batches()`` data tasks run: its own Spark session."""
+    from .spark_data import SparkDataPlane
+
+    return SparkDataPlane(session)
+
+
+def warm_up() -> None:
+    """Start what the default backend needs in the background (``%load_ext``), if it can be had."""
+    try:
+        from .spark_session import warm_up_async
+    except ImportError:
+        return  # no pyspark: --local still works
+    warm_up_async()

@@ -1,17 +1,38 @@
-"""What a launcher does: check it can place N ranks, start them, stop them. One backend per file."""
+"""What a launcher backend does for the rest of the package: the one small interface, one backend per file.
+
+A backend places N ranks somewhere (Spark barrier tasks, local processes, ...), says how many it can
+hold at once, starts them, and stops only what this run started. Everything else (the channel, the
+rendezvous, the state, the view) is the kernel's and the same for every backend. A new backend is one
+file under ``launchers/`` with a subclass of ``Launcher``, registered in ``launchers/__init__.py``.
+"""
 from __future__ import annotations
 
 import abc
 import queue
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar, Protocol
 
 from ..contract import Inbound, LaunchInfo, RunPlan
 from ..options import RunOptions
 
-__all__ = ["Launcher"]
+__all__ = ["Launcher", "Capacity", "DataPlane"]
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """How many ranks a backend can run at once, and how many a run gets when the user names no number."""
+
+    slots: int | None      # None: no fixed limit (local processes)
+    default_ranks: int     # Horovod's num_proc=None (Spark's default parallelism)
+    where: str             # in words, for errors ("this SparkSession (local[4])")
 
 
 class Launcher(abc.ABC):
-    """Starts the ranks of one run. ``start`` returns at once; progress arrives on the inbox."""
+    """Starts the ranks of one run (or of one kept set). ``start`` returns at once; progress arrives on the inbox."""
+
+    name: ClassVar[str]                      # the registry's name for it ("spark", "local")
+    slot_noun: ClassVar[str | None] = None   # ranks hold the session's task slots while they run: what to call them
 
     @abc.abstractmethod
     def prepare(self, options: RunOptions) -> LaunchInfo:
@@ -23,4 +44,36 @@ class Launcher(abc.ABC):
 
     @abc.abstractmethod
     def cancel(self) -> None:
-        """Hard stop of everything this run started (idempotent; returns at once)."""
+        """Hard stop of everything this run started, and nothing else (idempotent; returns at once)."""
+
+    @abc.abstractmethod
+    def capacity(self) -> Capacity:
+        """The ranks this backend can hold at once (less what kept ranks hold now)."""
+
+
+class DataPlane(Protocol):
+    """Where ``batches()`` data tasks run and how they are submitted (one per kind of Spark session)."""
+
+    master: str    # the session's master, for messages
+    local: bool    # its executors run on the kernel's host
+
+    def free_slots(self, ranks_in_slots: int) -> int:
+        """Task slots a data task can use beside the run's ranks (``ranks_in_slots``) and kept ranks."""
+
+    def default_workers(self, ranks: int, free: int) -> int:
+        """Data workers when the user names no number."""
+
+    def submit(self, job: Callable[[], None], lane: str) -> None:
+        """Run ``job`` on the long-lived thread of ``lane`` (jobs of one lane run one after another)."""
+
+    def describe(self, exc: BaseException) -> str:
+        """The useful lines of an error the session raised."""
+
+    def conf(self) -> dict[str, str]:
+        """The session's settings."""
+
+    def cancel(self, group: str) -> None:
+        """Cancel the jobs of ``group`` (a data job's own), and nothing else."""
+
+    def session(self) -> Any:
+        """The session itself."""

@@ -16,7 +16,7 @@ from ..contract import Inbound, LaunchInfo, RunPlan
 from ..errors import LaunchError
 from ..gpus import pick_gpu, require_local_gpus
 from ..options import RunOptions
-from .base import Launcher
+from .base import Capacity, Launcher
 from .local_server import Zygote, get_zygote
 
 __all__ = ["LocalLauncher"]
@@ -28,6 +28,8 @@ def _kernel_context() -> dict[str, Any]:
 
 class LocalLauncher(Launcher):
     """N ranks on this machine, forked from the zygote; same contract as the Spark backend."""
+
+    name = "local"
 
     def __init__(self) -> None:
         self._gpus: list[str] | None = None
@@ -77,6 +79,10 @@ class LocalLauncher(Launcher):
             return
         gpus = [pick_gpu(r, None, self._gpus) if self._gpus else None for r in range(plan.world_size)]
         zygote.send(("start", key, plan, list(enumerate(gpus)), _kernel_context()))
+
+    def capacity(self) -> Capacity:
+        cores = os.cpu_count() or 1
+        return Capacity(slots=None, default_ranks=cores, where="this machine")
 
     def cancel(self) -> None:
         if self._zygote is not None and self._key is not None:

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import functools
 import queue
-import threading
-from collections.abc import Callable
 from typing import Any
 
 from .. import contract as C
@@ -17,51 +15,11 @@ from ..contract import Inbound, LaunchInfo, RunPlan
 from ..errors import LaunchError
 from ..gpus import pick_gpu, require_local_gpus
 from ..options import RunOptions
-from .base import Launcher
+from .base import Capacity, Launcher
+from .spark_jobs import error_summary, held_slots, hold, release, submit_job
 from .spark_session import conf_of, get_session, slots_available, wait_for_warm_up
 
-__all__ = ["SparkLauncher", "submit_job", "error_summary", "held_slots"]
-
-_held: dict[str, int] = {}  # kept sets' run ids -> the task slots their running job holds
-
-
-def held_slots() -> int:
-    """Task slots held by kept ranks (their barrier job runs for as long as they are kept)."""
-    return sum(_held.values())
-
-
-# -- job threads: one long-lived thread per kind of job (one JVM thread each, no churn) ----------------
-class _Submitter:
-    """Runs Spark jobs one after another on one long-lived thread."""
-
-    def __init__(self, name: str) -> None:
-        self._jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
-        threading.Thread(target=self._loop, name=f"jtd-spark-{name}", daemon=True).start()
-
-    def _loop(self) -> None:
-        while True:
-            self._jobs.get()()
-
-    def submit(self, job: Callable[[], None]) -> None:
-        self._jobs.put(job)
-
-
-_submitters: dict[str, _Submitter] = {}
-_submitters_lock = threading.Lock()
-
-
-def submit_job(job: Callable[[], None], lane: str = "runs") -> None:
-    """Run ``job`` on the long-lived thread of ``lane``: jobs of one lane run one after another."""
-    with _submitters_lock:
-        submitter = _submitters.get(lane) or _submitters.setdefault(lane, _Submitter(lane))
-    submitter.submit(job)
-
-
-def error_summary(exc: BaseException) -> str:
-    """The useful lines of a Spark/py4j error, without the JVM stack."""
-    keep = [ln for ln in str(exc).splitlines()
-            if ln.strip() and not ln.lstrip().startswith(("at ", "...")) and "JVM stacktrace" not in ln]
-    return "\n".join(keep[:30])[:4000] or type(exc).__name__
+__all__ = ["SparkLauncher"]
 
 
 # -- the task ----------------------------------------------------------------------------------------
@@ -108,6 +66,11 @@ def _check_slots(spark: Any, n: int, embedded: bool) -> None:
 
 
 class SparkLauncher(Launcher):
+    """Ranks as the barrier tasks of one Spark job on a classic SparkSession (the notebook's or the embedded one)."""
+
+    name = "spark"
+    slot_noun = "Spark task slots"
+
     def __init__(self) -> None:
         self._spark: Any = None
         self._group: str | None = None
@@ -155,7 +118,7 @@ class SparkLauncher(Launcher):
             except BaseException as exc:
                 error = error_summary(exc)
             finally:
-                _held.pop(plan.run_id, None)
+                release(plan.run_id)
                 try:
                     sc.setLocalProperty("spark.jobGroup.id", None)
                 except Exception:
@@ -163,8 +126,14 @@ class SparkLauncher(Launcher):
             inbox.put(Inbound(-1, C.BACKEND, {"t": C.JOB_END, "error": error}))
 
         if plan.keep:
-            _held[plan.run_id] = plan.world_size
+            hold(plan.run_id, plan.world_size)
         submit_job(job, lane="kept" if plan.keep else "runs")  # kept ranks hold their thread for their lifetime
+
+    def capacity(self) -> Capacity:
+        spark, _ = _session()
+        sc = spark.sparkContext
+        return Capacity(slots=slots_available(spark) - held_slots(), default_ranks=int(sc.defaultParallelism),
+                        where=f"this SparkSession ({sc.master})")
 
     def cancel(self) -> None:
         if self._group is not None and self._spark is not None:

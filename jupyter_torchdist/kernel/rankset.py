@@ -1,0 +1,154 @@
+"""The ranks cells run on: a launcher, the channel the ranks dial, and what the kernel learnt about them.
+
+One run path for every cell (``run.execute``); what differs is how long the ranks live. A one-shot set
+lives for one cell: its ranks exit after it, and its channel closes. A kept set (``keep=True``) stays up
+after the cell: later cells are sent to the ranks already up, in their own namespace, until ``close``.
+"""
+from __future__ import annotations
+
+import queue
+import secrets
+import time
+from dataclasses import dataclass
+
+from .. import contract as C
+from ..channel.server import ChannelServer
+from ..contract import Inbound, LaunchInfo, RunPlan
+from ..data.service import DataService
+from ..launchers import launcher_for
+from ..launchers.base import Launcher
+from ..options import RunOptions
+from ..views import RunView
+from .kept_supervisor import KeptSupervisor
+from .state import RunState
+from .supervisor import Supervisor
+
+__all__ = ["RankSet", "KeptInfo"]
+
+_FRAME_SLACK = 8 << 20  # a frame carries a value plus its message: room above --max-value-mb
+_BROKEN_BETWEEN = {(C.AGENT, C.EXIT), (C.BACKEND, C.LOST), (C.BACKEND, C.JOB_END), (C.RANK, C.DISCONNECTED)}
+
+
+@dataclass(frozen=True)
+class KeptInfo:
+    """What ``jupyter_torchdist.kept()`` says about the notebook's kept ranks."""
+
+    n: int
+    backend: str                               # in words ("spark local[256] (embedded)")
+    gpu: bool
+    local: bool
+    hosts: dict[int, tuple[str, int | None]]  # rank -> (host, pid)
+    since: float                               # when they started (time.time())
+    cells: int                                 # cells run so far
+    backend_name: str = ""                     # the registry's name ("spark", "local")
+    holds: str | None = None                   # what the ranks hold while kept ("Spark task slots"), if anything
+
+
+class RankSet:
+    """Ranks for one cell (one-shot) or for many (``keep``). Preparing the launcher may raise LaunchError."""
+
+    def __init__(self, options: RunOptions, *, keep: bool = False) -> None:
+        self.options, self.keep = options, keep
+        self.launcher: Launcher = launcher_for(options)
+        self.info: LaunchInfo = self.launcher.prepare(options)
+        self.inbox: queue.SimpleQueue[Inbound] = queue.SimpleQueue()
+        self.server = ChannelServer(options.n, host=self.info.channel_host, inbox=self.inbox,
+                                    max_frame=options.max_value_bytes + _FRAME_SLACK, tls=self.info.channel_tls,
+                                    watcher=self.info.watcher, lost_hint=self.info.lost_hint)
+        self.run_id = secrets.token_hex(6)
+        self.cells, self.since, self.closed = 0, time.time(), False
+        self.hosts: dict[int, tuple[str, int | None]] = {}
+        self.rank_names: set[str] = set()  # global names the ranks' own code defined (kept ranks)
+
+    # -- one cell ----------------------------------------------------------------------------------------
+    def new_state(self, options: RunOptions, title: str) -> RunState:
+        cell = self.cells + 1
+        state = RunState(options.n, title=title, options=options.summary(), backend=self.info.label,
+                         started_at=time.time(), cell=cell if self.keep else None)
+        if self.keep and self.launcher.slot_noun:
+            state.notes.append(f"kept ranks hold {options.n} {self.launcher.slot_noun} until %distribute_stop "
+                               "(or ranks.stop())")
+        if cell > 1:
+            state.begin_cell(cell, self.hosts, state.started_at)
+        return state
+
+    def supervisor(self, state: RunState, view: RunView, options: RunOptions) -> Supervisor:
+        deadline = None if options.timeout is None else state.started_at + options.timeout
+        sup = (KeptSupervisor if self.keep else Supervisor)(state, self.server, self.launcher, view, self.inbox,
+                                                            deadline)
+        in_slots = 0 if self.keep or not self.launcher.slot_noun else options.n  # kept ranks' slots count as held
+        sup.data = DataService(self.server, self.inbox, world_size=options.n, workers=options.data_workers,
+                               secret=self.server.secret, run_id=f"{self.run_id}-{self.cells + 1}",
+                               ranks_in_slots=in_slots, loopback=self.info.loopback)
+        return sup
+
+    def begin(self, payload: bytes, options: RunOptions, filename: str, source: str) -> None:
+        """Start the ranks with the first cell, or send the next cell to the ranks already up."""
+        if self.cells == 0:
+            self.launcher.start(self._plan(payload, filename, source, options), self.inbox)
+            return
+        msg = {"t": C.CELL, "cell": self.cells + 1, "payload": payload, "filename": filename, "source": source,
+               "all_ranks": options.all_ranks, "max_value_bytes": options.max_value_bytes}
+        for rank in range(self.options.n):
+            self.server.send(rank, C.RANK, msg)
+
+    def _plan(self, payload: bytes, filename: str, source: str, options: RunOptions) -> RunPlan:
+        return RunPlan(run_id=self.run_id, world_size=options.n, address=self.server.address,
+                       secret=self.server.secret, payload=payload, filename=filename, source=source,
+                       gpu=options.gpu, threads=options.backend_threads, max_value_bytes=options.max_value_bytes,
+                       all_ranks=options.all_ranks, loopback=self.info.loopback, tls=self.server.tls_pin,
+                       keep=self.keep)
+
+    def after_cell(self, state: RunState, sup: Supervisor) -> None:
+        """Learn what the cell told about the ranks; a kept set the cell broke is closed here."""
+        self.cells += 1
+        self.hosts = {r.rank: (r.host, r.pid) for r in state.ranks}
+        if sup.names is not None:
+            self.rank_names = set(sup.names)
+        if sup.broken is not None:
+            self.close(wait_s=0.0 if state.job_ended_at is not None else 10.0)
+
+    def end_cell(self) -> None:
+        """The cell is over: a one-shot set's channel closes (its ranks have exited); a kept set stays up."""
+        if not self.keep and not self.closed:
+            self.server.close()
+            self.closed = True
+
+    # -- between cells and at the end ----------------------------------------------------------------------
+    def lost_between_cells(self) -> str | None:
+        """Drain what came since the last cell; why the set broke meanwhile, or None."""
+        why = None
+        while True:
+            try:
+                ev = self.inbox.get_nowait()
+            except queue.Empty:
+                return why
+            if (ev.role, ev.msg.get("t")) in _BROKEN_BETWEEN and why is None:
+                what = ev.msg.get("summary") or ev.msg.get("signal") or ev.msg.get("code") or ev.msg.get("t")
+                why = f"rank {ev.rank} ended between cells ({what})" if ev.rank >= 0 else "the launcher's job ended"
+
+    def close(self, wait_s: float = 10.0) -> None:
+        """Kill every rank, end the launcher's job, close the channel; waits up to ``wait_s`` for the job."""
+        if self.closed:
+            return
+        self.closed = True
+        self.server.stop_all("the kept ranks were stopped" if self.keep else "the run was stopped")
+        if wait_s <= 0:
+            self.launcher.cancel()
+        deadline, cancelled = time.time() + wait_s, wait_s <= 0
+        while time.time() < deadline:
+            try:
+                ev = self.inbox.get(timeout=0.1)
+            except queue.Empty:
+                ev = None
+            if ev is not None and ev.rank < 0 and ev.msg.get("t") == C.JOB_END:
+                break
+            if not cancelled and time.time() > deadline - wait_s + 2.0:
+                self.launcher.cancel()  # agents had 2 s to stop their ranks themselves
+                cancelled = True
+        self.server.close()
+
+    def describe(self) -> KeptInfo:
+        return KeptInfo(n=self.options.n, backend=self.info.label, gpu=self.options.gpu,
+                        local=self.launcher.name == "local", hosts=dict(self.hosts), since=self.since,
+                        cells=self.cells, backend_name=self.launcher.name, holds=self.launcher.slot_noun)
