@@ -19,7 +19,14 @@ def _local(options: RunOptions) -> bool:
     return options.local
 
 
+def _connect(options: RunOptions) -> bool:
+    from .connect import connect_session
+
+    return not options.local and connect_session() is not None
+
+
 register("local", "jupyter_torchdist.launchers.local:LocalLauncher", _local, priority=100)
+register("connect", "jupyter_torchdist.launchers.connect:ConnectLauncher", _connect, priority=0)
 register("spark", "jupyter_torchdist.launchers.spark:SparkLauncher", lambda options: True, priority=-100)
 
 

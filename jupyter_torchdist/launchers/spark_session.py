@@ -16,7 +16,7 @@ import tempfile
 import threading
 from typing import Any, Final
 
-__all__ = ["get_session", "stop_embedded_session", "warm_up_async", "activate", "activate_embedded",
+__all__ = ["get_session", "local_slots", "stop_embedded_session", "warm_up_async", "activate", "activate_embedded",
            "slots_available", "conf_of", "session_log", "embedded_slots", "SLOTS_ENV", "DAEMON_MODULE"]
 
 DAEMON_MODULE: Final = "jupyter_torchdist._daemon"
@@ -45,7 +45,7 @@ def session_log() -> str | None:
 
 
 # -- settings ---------------------------------------------------------------------------------------
-def _local_slots(master: str) -> int | None:
+def local_slots(master: str) -> int | None:
     m = re.fullmatch(r"local(?:\[(\*|\d+)(?:,\s*\d+)?\])?", master.strip())
     if not m:
         return None
@@ -80,7 +80,7 @@ def slots_available(spark: Any) -> int:
         jsc = sc._jsc.sc()
         return int(jsc.maxNumConcurrentTasks(jsc.resourceProfileManager().defaultResourceProfile()))
     except Exception:
-        return _local_slots(sc.master) or int(sc.defaultParallelism)
+        return local_slots(sc.master) or int(sc.defaultParallelism)
 
 
 # -- the embedded session ----------------------------------------------------------------------------

@@ -1,0 +1,203 @@
+"""The Spark Connect backend: N barrier tasks of a DataFrame operation, for a notebook whose session is a Connect
+client (Databricks serverless and Connect, Spark 4's thin client). ``sparkContext`` is never touched.
+
+The ranks run exactly as on a classic session (``rank.agent`` in each barrier task, rendezvous and results
+through the kernel's channel); only the launch differs: ``spark.range(n, numPartitions=n).mapInArrow(task,
+barrier=True)``, tagged so that a cancel interrupts this operation and no other of the user's.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import queue
+import secrets
+import socket
+import sys
+from typing import Any, Final
+from urllib.parse import urlparse
+
+from .. import contract as C
+from ..channel.tls import plaintext_warning, tls_requested
+from ..contract import Inbound, LaunchInfo, RunPlan
+from ..errors import LaunchError
+from ..gpus import pick_gpu, require_local_gpus
+from ..options import RunOptions
+from .base import Capacity, Launcher
+from .spark_jobs import error_summary, held_slots, hold, release, submit_job
+from .spark_session import local_slots
+
+__all__ = ["ConnectLauncher", "connect_session", "CHANNEL_HOST_CONF", "CHANNEL_HOST_ENV"]
+
+CHANNEL_HOST_CONF: Final = "spark.jupyter_torchdist.channel.host"
+CHANNEL_HOST_ENV: Final = "JUPYTER_TORCHDIST_CHANNEL_HOST"
+_END_SCHEMA: Final = "rank long, code long, signal string, stopped boolean"
+_LOOPBACK: Final = ("localhost", "127.0.0.1", "::1", "")
+
+
+def connect_session() -> Any | None:
+    """The notebook's active session if it is a Spark Connect client; None otherwise (and pyspark stays unloaded
+    when nothing has loaded it: a Connect session cannot exist without it)."""
+    if "pyspark" not in sys.modules or "SPARK_CONNECT_MODE_ENABLED" not in os.environ:
+        return None
+    try:
+        from pyspark.sql.connect.session import SparkSession
+    except ImportError:
+        return None
+    return SparkSession.getActiveSession()
+
+
+def _rank_task(plan: RunPlan, local_gpus: list[str] | None, batches: Any) -> Any:
+    """One barrier task: rank = partition id. Forks the rank and watches it (``rank.agent``); one row: its end."""
+    import pyarrow as pa
+    from pyspark import BarrierTaskContext
+
+    from jupyter_torchdist.rank.agent import run_agent
+
+    for _ in batches:
+        pass  # the partition's one row says nothing: the partition id is the rank
+    ctx = BarrierTaskContext.get()
+    rank = ctx.partitionId()
+    gpu = pick_gpu(rank, ctx.resources(), local_gpus) if plan.gpu else None
+    end = run_agent(plan, rank, gpu)
+    yield pa.RecordBatch.from_pylist([{"rank": rank, "code": end.get("code"), "signal": end.get("signal"),
+                                       "stopped": bool(end.get("stopped"))}])
+
+
+def _conf(spark: Any, key: str) -> str | None:
+    try:
+        value = spark.conf.get(key, None)
+    except Exception:
+        return None
+    return None if value is None else str(value)
+
+
+def _server_host(spark: Any) -> str:
+    try:
+        return urlparse(spark.client._builder.url.geturl()).hostname or ""
+    except Exception:
+        return ""
+
+
+def _route_to(host: str) -> str:
+    """This machine's address on the way to ``host`` (a UDP socket's local end: nothing is sent)."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect((host, 15002))
+            return str(probe.getsockname()[0])
+    except OSError:
+        return socket.gethostbyname(socket.gethostname())
+
+
+def channel_host(spark: Any, server: str, local_master: bool) -> str:
+    """Where the ranks dial the kernel: the setting, else loopback for a server on this machine running a local
+    master, else this machine's address on the route to the server."""
+    chosen = os.environ.get(CHANNEL_HOST_ENV, "").strip() or (_conf(spark, CHANNEL_HOST_CONF) or "").strip()
+    if chosen:
+        return chosen
+    if server in _LOOPBACK and local_master:
+        return "127.0.0.1"
+    return _route_to(server or "8.8.8.8")
+
+
+class ConnectLauncher(Launcher):
+    """Ranks as the barrier tasks of one DataFrame operation on the notebook's Spark Connect session."""
+
+    name = "connect"
+    slot_noun = "Spark task slots"
+
+    def __init__(self) -> None:
+        self._spark: Any = None
+        self._tag: str | None = None
+        self._local_gpus: list[str] | None = None
+        self._master = ""
+
+    def _session(self) -> Any:
+        spark = connect_session()
+        if spark is None:
+            raise LaunchError("the notebook's Spark Connect session is gone (stopped, or made on another thread): "
+                              "build it again with SparkSession.builder.remote(...).getOrCreate()")
+        return spark
+
+    def prepare(self, options: RunOptions) -> LaunchInfo:
+        spark = self._spark = self._session()
+        self._master = _conf(spark, "spark.master") or ""
+        local = self._master.startswith("local")
+        server = _server_host(spark)
+        self._check_slots(options.n)
+        if options.gpu:
+            self._check_gpus(options, spark, local)
+        host = channel_host(spark, server, local)
+        tls_on = tls_requested(lambda key: _conf(spark, key))
+        warning = plaintext_warning(lambda key: _conf(spark, key), tls_on)
+        loopback = host == "127.0.0.1"
+        return LaunchInfo(label=f"spark connect {server or '?'}" + (f" ({self._master})" if self._master else ""),
+                          channel_host=host, loopback=loopback, channel_tls=tls_on,
+                          warnings=(warning,) if warning else (), watcher="the Spark task (its Python worker)",
+                          lost_hint="The executor's log says why.")
+
+    def _check_slots(self, n: int) -> None:
+        slots = self.capacity().slots
+        if slots is None or n <= slots:
+            return
+        held = held_slots()
+        raise LaunchError(f"-n {n} needs {n} task slots at once, but this Spark Connect session's server "
+                          f"({self._master}) has {slots}" + (f" free (kept ranks hold {held}: %distribute_stop)"
+                                                             if held else "")
+                          + ". Ask for fewer ranks, or start the server with more (local[N]).")
+
+    def _check_gpus(self, options: RunOptions, spark: Any, local: bool) -> None:
+        if local:
+            self._local_gpus = require_local_gpus(options.n)
+        elif not _conf(spark, "spark.task.resource.gpu.amount"):
+            raise LaunchError("--gpu on a Spark Connect cluster needs GPU scheduling on the server: "
+                              "spark.task.resource.gpu.amount=1 (and the executors' GPU resources).")
+
+    def capacity(self) -> Capacity:
+        spark = self._spark or self._session()
+        master = self._master or _conf(spark, "spark.master") or ""
+        slots = local_slots(master)  # a cluster behind Connect does not say: Spark's own barrier check decides
+        return Capacity(slots=None if slots is None else slots - held_slots(),
+                        default_ranks=int(_conf(spark, "spark.default.parallelism") or slots or 2),
+                        where=f"this Spark Connect session ({master or 'a remote server'})")
+
+    def start(self, plan: RunPlan, inbox: queue.SimpleQueue[Inbound]) -> None:
+        spark = self._spark
+        tag = self._tag = f"jupyter-torchdist-{plan.run_id}-{secrets.token_hex(3)}"
+        task = functools.partial(_rank_task, plan, self._local_gpus)
+
+        def job() -> None:
+            error = None
+            try:
+                spark.addTag(tag)  # thread-local in the Connect client: only this operation carries it
+                n = plan.world_size
+                spark.range(0, n, 1, n).mapInArrow(task, _END_SCHEMA, barrier=True).collect()
+            except BaseException as exc:
+                error = _describe(exc)
+            finally:
+                release(plan.run_id)
+                try:
+                    spark.removeTag(tag)
+                except Exception:
+                    pass
+            inbox.put(Inbound(-1, C.BACKEND, {"t": C.JOB_END, "error": error}))
+
+        if plan.keep:
+            hold(plan.run_id, plan.world_size)
+        submit_job(job, lane="connect-kept" if plan.keep else "connect-runs")
+
+    def cancel(self) -> None:
+        if self._tag is not None and self._spark is not None:
+            try:
+                self._spark.interruptTag(self._tag)
+            except Exception:
+                pass
+
+
+def _describe(exc: BaseException) -> str:
+    text = error_summary(exc)
+    if "BarrierJobSlotsNumberCheckFailed" in text or "BARRIER" in text and "slots" in text.lower():
+        return ("the Spark Connect server could not give every rank a task slot at once (barrier mode): ask for "
+                f"fewer ranks, or give the server more executors or cores.\n{text}")
+    if "mapInArrow" in text and ("barrier" in text.lower()) and "not" in text.lower():
+        return f"this Spark Connect server cannot run barrier mapInArrow (Spark 4.0 or newer is needed).\n{text}"
+    return text
