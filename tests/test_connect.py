@@ -118,9 +118,17 @@ def test_more_ranks_than_the_server_has_slots_is_refused_at_once(kernel):
     assert r["seconds"] < 30
 
 
-def test_batches_on_a_connect_dataframe_says_what_to_do(kernel):
-    r = kernel.execute("df = spark.range(64).selectExpr('cast(id as double) as x')")
-    assert r["status"] == "ok"
-    r = kernel.execute("%%distribute -n 2\nsum(len(b['x']) for b in jt.batches(df, batch_size=8))", timeout=120)
-    text = kernel.text(r)
-    assert r["status"] == "error" and re.search(r"Spark Connect", text), text
+def test_batches_stream_a_connect_dataframe_with_the_transform_on_the_executors(kernel):
+    _ok(kernel, "df = spark.range(0, 96, 1, 3).selectExpr('cast(id as double) as x')\n"
+                "def tripled(pdf):\n    return {'x': pdf['x'].to_numpy() * 3}")
+    value = _value(kernel, "%%distribute -n 2 --all-ranks\nseen = []\n"
+                           "for b in jt.batches(df, batch_size=8, transform=tripled):\n    seen += b['x'].tolist()\n"
+                           "(len(seen), sum(seen))", timeout=300)
+    per_rank = ast.literal_eval(value)
+    assert [n for n, _ in per_rank] == [48, 48]  # equal steps: 6 batches of 8 on each rank
+    assert sum(total for _, total in per_rank) == 3 * sum(range(96))  # every row once, transformed
+    shuffled = ast.literal_eval(_value(kernel, "%%distribute -n 2 --all-ranks\n"
+                                               "[float(v) for b in jt.batches(df, 16, shuffle=True, seed=3) "
+                                               "for v in b['x']]", timeout=300))
+    assert sorted(shuffled[0] + shuffled[1]) == [float(i) for i in range(96)]  # every row exactly once
+    assert shuffled[0] != sorted(shuffled[0])  # in a shuffled order

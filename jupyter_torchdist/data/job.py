@@ -15,6 +15,7 @@ is not retried: it comes back as the task's status and fails the epoch at once, 
 """
 from __future__ import annotations
 
+import functools
 import json
 import threading
 from collections.abc import Callable
@@ -30,7 +31,7 @@ from .producer import PIECE_PROPERTY, STATUS_SCHEMA, ProducerSpec, producer
 __all__ = ["DataJob", "JobSetup", "ATTEMPTS"]
 
 ATTEMPTS: Final = 3
-_counts: dict[tuple[int, tuple[str, ...] | None, int], tuple[Any, list[int]]] = {}
+_counts: dict[tuple[int, tuple[str, ...] | None, int | None], tuple[Any, list[int]]] = {}
 _counts_lock = threading.Lock()
 
 
@@ -48,14 +49,6 @@ class JobSetup:
     pipeline: bool = False  # free task slots for two tasks per worker: each starts its next piece's task early
 
 
-def _source(df: Any, columns: tuple[str, ...] | None, workers: int) -> Any:
-    """What the tasks read: the chosen columns, and no more than 4 partitions per worker (a job per piece
-    costs a Spark round trip, so thousands of tiny partitions are merged first)."""
-    source = df.select(*columns) if columns else df
-    parts = source.rdd.getNumPartitions()
-    return source.coalesce(4 * workers) if parts > 8 * workers else source
-
-
 def _count_rows(batches: Any) -> Any:
     """mapInArrow: this partition's (index, rows)."""
     import pyarrow as pa
@@ -67,51 +60,36 @@ def _count_rows(batches: Any) -> Any:
                                      schema=pa.schema([("p", pa.int64()), ("n", pa.int64())]))
 
 
-def _partition_counts(df: Any, source: Any, key: tuple[int, tuple[str, ...] | None, int], conf: dict[str, str]) \
-        -> list[int]:
-    """Rows per partition of ``source``, once per DataFrame and column set. Only a literal is selected, so
-    Spark reads no data column it need not; the count runs with the data job's own task profile."""
-    from pyspark.sql import functions as F
-
+def _counted(plane: DataPlane, df: Any, source: Any, columns: tuple[str, ...] | None, parts: int | None) -> list[int]:
+    """Rows per partition of ``source``, once per DataFrame, column set and partitioning."""
+    key = (id(df), columns, parts)
     with _counts_lock:
         cached = _counts.get(key)
         if cached is not None and cached[0] is df:
             return cached[1]
-    counted = source.select(F.lit(1).alias("one")).mapInArrow(_count_rows, "p long, n long")
-    counts = [0] * key[2]
-    for row in _resources(counted.rdd, conf).collect():
-        counts[int(row["p"])] = int(row["n"])
+    counts = plane.count_rows(source, _count_rows)
     with _counts_lock:
         _counts[key] = (df, counts)
     return counts
 
 
-def _resources(rdd: Any, conf: dict[str, str]) -> Any:
-    """With GPU scheduling, ranks take the GPU task slots; data tasks ask for one CPU and no GPU, so they run
-    in the executors' other slots (a stage-level TaskResourceProfile)."""
-    if not conf.get("spark.task.resource.gpu.amount"):
-        return rdd
-    from pyspark.resource import ResourceProfileBuilder, TaskResourceRequests
-
-    cpus = int(conf.get("spark.task.cpus", "1") or 1)
-    profile = ResourceProfileBuilder().require(TaskResourceRequests().cpus(cpus)).build
-    return rdd.withResources(profile)
-
-
-def _statuses(rows: Any) -> list[str]:
-    return [row.status for row in rows]
+def _source(plane: DataPlane, df: Any, columns: tuple[str, ...] | None, workers: int) -> tuple[Any, list[int]]:
+    """What the tasks read, and its rows per partition: the chosen columns, and no more than 4 partitions per
+    worker (a job per piece costs a Spark round trip, so thousands of tiny partitions are merged first)."""
+    source = df.select(*columns) if columns else df
+    parts = plane.partitions(source)  # None where the session cannot tell without running a job (Connect)
+    if parts is not None and parts > 8 * workers:
+        source, parts = source.coalesce(4 * workers), 4 * workers
+    counts = _counted(plane, df, source, columns, parts)
+    if parts is None and len(counts) > 8 * workers:
+        source = source.coalesce(4 * workers)
+        counts = _counted(plane, df, source, columns, 4 * workers)
+    return source, counts
 
 
-def _run_partition(sc: Any, rdd: Any, partition: int) -> str:
-    """The status row of one partition's task. Straight to the JVM when this pyspark allows: ``sc.runJob`` would
-    add a second Python worker to every task (about 80 ms a piece), only to read the status row."""
-    try:
-        from pyspark.util import _load_from_socket
-    except ImportError:
-        return str(sc.runJob(rdd, _statuses, partitions=[partition])[0])
-    sock = sc._jvm.PythonRDD.runJob(sc._jsc.sc(), rdd._jrdd, [partition])
-    with _load_from_socket(sock, rdd._jrdd_deserializer) as stream:
-        return str(next(iter(stream)).status)
+def _piece_json(piece: Piece) -> dict[str, Any]:
+    fragments = [[f.rank, f.step, f.index, f.of, f.rows] for f in piece.fragments]
+    return {"id": piece.id, "partition": piece.partition, "lo": piece.lo, "hi": piece.hi, "fragments": fragments}
 
 
 class DataJob:
@@ -126,31 +104,28 @@ class DataJob:
         self._running: dict[int, int] = {}  # per lane: its tasks running now (up to 2 when pipelined)
         self._rows = 0
         self._ended = threading.Event()
-        self._rdd: Any = None
+        self._run: Callable[[dict[str, Any]], str] | None = None  # one piece's Spark job -> its status row
 
     def start(self) -> EpochPlan:
         s, a = self.setup, self.setup.args
-        sc = s.df.sparkSession.sparkContext
-        sc.setJobGroup(s.group, "jupyter-torchdist data: counting rows", interruptOnCancel=True)  # cancel() stops it
+        s.plane.begin(s.group, "jupyter-torchdist data: counting rows")  # cancel() stops it
         try:
-            return self._start(s, a, s.plane.submit, s.plane.conf())
+            return self._start(s, a)
         finally:
-            sc.setLocalProperty("spark.jobGroup.id", None)
+            s.plane.end(s.group)
 
-    def _start(self, s: JobSetup, a: dict[str, Any], submit_job: Any, conf: dict[str, str]) -> EpochPlan:
-        source = _source(s.df, a["columns"], s.workers)
-        counts = _partition_counts(s.df, source, (id(s.df), a["columns"], source.rdd.getNumPartitions()), conf)
+    def _start(self, s: JobSetup, a: dict[str, Any]) -> EpochPlan:
+        source, counts = _source(s.plane, s.df, a["columns"], s.workers)
         plan = plan_epoch(counts, s.world, a["batch_size"], lanes=s.workers, shuffle=a["shuffle"], seed=a["seed"],
                           epoch=a["epoch"], drop_last=a["drop_last"])
-        mapped = source.mapInArrow(producer(s.spec), STATUS_SCHEMA)
-        self._rdd = _resources(mapped.rdd, conf)
+        self._run = s.plane.piece_runner(source, functools.partial(producer, s.spec), STATUS_SCHEMA, PIECE_PROPERTY)
         streams = 2 if s.pipeline else 1
         self._lanes, self._left = len(plan.lanes), {k: streams for k in range(len(plan.lanes))}
         if not plan.lanes:
             self._ended.set()
         for k, lane in enumerate(plan.lanes):
             for i in range(streams):  # pipelined: pieces 0, 2, 4... on one thread, 1, 3, 5... on another
-                submit_job(lambda k=k, part=lane[i::streams]: self._stream(k, part), lane=f"data-{k}-{i}")
+                s.plane.submit(functools.partial(self._stream, k, lane[i::streams]), lane=f"data-{k}-{i}")
         return plan
 
     # -- lanes -------------------------------------------------------------------------------------------
@@ -163,18 +138,16 @@ class DataJob:
                    "running": sum(1 for n in self._running.values() if n), "rows": self._rows}
         self.inbox.put(Inbound(-1, C.BACKEND, msg))
 
-    def _run_piece(self, sc: Any, lane: int, piece: Piece) -> dict[str, Any]:
+    def _run_piece(self, lane: int, piece: Piece) -> dict[str, Any]:
         """One Spark job for one piece, retried when its task is lost; its status."""
         last = ""
+        assert self._run is not None
         for _ in range(ATTEMPTS):
             if self.cancelled.is_set():
                 return {"cancelled": True}
-            fragments = [[f.rank, f.step, f.index, f.of, f.rows] for f in piece.fragments]
-            sc.setLocalProperty(PIECE_PROPERTY, json.dumps({"id": piece.id, "partition": piece.partition,
-                                                            "lo": piece.lo, "hi": piece.hi, "fragments": fragments}))
             self._status(lane, running=1)
             try:
-                return dict(json.loads(_run_partition(sc, self._rdd, piece.partition)))
+                return dict(json.loads(self._run(_piece_json(piece))))
             except Exception as exc:
                 last = self.setup.plane.describe(exc)
             finally:
@@ -184,11 +157,11 @@ class DataJob:
 
     def _stream(self, lane: int, pieces: tuple[Piece, ...]) -> None:
         """Run ``pieces`` one after another (all of a lane's, or every other one when pipelined)."""
-        sc = self.setup.df.sparkSession.sparkContext
+        plane = self.setup.plane
         try:
-            sc.setJobGroup(self.setup.group, "jupyter-torchdist data", interruptOnCancel=True)
+            plane.begin(self.setup.group, "jupyter-torchdist data")
             for piece in pieces:
-                status = self._run_piece(sc, lane, piece)
+                status = self._run_piece(lane, piece)
                 if status.get("cancelled") or self.cancelled.is_set():
                     return
                 if "error" in status:
@@ -197,8 +170,7 @@ class DataJob:
                     return
                 self._status(lane, rows=int(status.get("rows", 0)))
         finally:
-            for key in (PIECE_PROPERTY, "spark.jobGroup.id"):
-                sc.setLocalProperty(key, None)
+            plane.end(self.setup.group)
             with self._lock:
                 self._left[lane] -= 1
                 done = not any(self._left.values())

@@ -211,15 +211,20 @@ def run_piece(spec: ProducerSpec, piece: dict[str, Any], batches: Iterator[Any])
     return {"piece": piece["id"], **stats, "task_s": round(time.monotonic() - began, 4)}
 
 
-def producer(spec: ProducerSpec) -> Callable[[Iterator[Any]], Iterator[Any]]:
-    """The function for ``df.mapInArrow(producer(spec), STATUS_SCHEMA)``."""
+def producer(spec: ProducerSpec, given: dict[str, Any] | None = None) -> Callable[[Iterator[Any]], Iterator[Any]]:
+    """The function for ``df.mapInArrow(producer(spec), STATUS_SCHEMA)``: the piece comes in the job's local
+    property (one mapped DataFrame serves the epoch), or as ``given`` (one mapped DataFrame per piece, where a
+    session has no local properties: Spark Connect). The tasks of other partitions yield no row."""
 
     def produce(batches: Iterator[Any]) -> Iterator[Any]:
         import pyarrow as pa
         from pyspark import TaskContext
 
         ctx = TaskContext.get()
-        piece = json.loads(ctx.getLocalProperty(PIECE_PROPERTY) or "{}") if ctx is not None else {}
+        if given is not None and ctx is not None and ctx.partitionId() != given["partition"]:
+            return  # not this piece's partition (its rows were filtered out before they reached us)
+        piece = given if given is not None else \
+            json.loads(ctx.getLocalProperty(PIECE_PROPERTY) or "{}") if ctx is not None else {}
         if not piece or ctx is None or ctx.partitionId() != piece.get("partition"):
             status = {"error": "a data task ran without its piece (internal error)", "traceback": "", "user": False}
         else:

@@ -190,9 +190,6 @@ def _dataframe(handle: str) -> Any:
     if df is None:
         raise SetupError("batches() got a DataFrame handle this kernel does not know (from another kernel, or made "
                          "before a restart): use the DataFrame in the cell itself")
-    if not hasattr(df, "_jdf"):
-        raise SetupError("batches() needs a classic SparkSession's DataFrame: Spark Connect DataFrames cannot run "
-                         "the data job yet")
     return df
 
 

@@ -31,7 +31,11 @@ register("spark", "jupyter_torchdist.launchers.spark:SparkLauncher", lambda opti
 
 
 def data_plane(session: Any) -> DataPlane:
-    """Where a DataFrame's ``batches()`` data tasks run: its own Spark session."""
+    """Where a DataFrame's ``batches()`` data tasks run: its own Spark session (classic, or a Connect client)."""
+    if type(session).__module__.startswith("pyspark.sql.connect"):
+        from .connect_data import ConnectDataPlane
+
+        return ConnectDataPlane(session)
     from .spark_data import SparkDataPlane
 
     return SparkDataPlane(session)

@@ -75,5 +75,20 @@ class DataPlane(Protocol):
     def cancel(self, group: str) -> None:
         """Cancel the jobs of ``group`` (a data job's own), and nothing else."""
 
-    def session(self) -> Any:
-        """The session itself."""
+    def begin(self, group: str, what: str) -> None:
+        """Jobs started on the calling thread from now on belong to ``group`` (and say ``what`` in Spark's UI)."""
+
+    def end(self, group: str) -> None:
+        """Jobs started on the calling thread no longer belong to ``group``."""
+
+    def partitions(self, df: Any) -> int | None:
+        """How many partitions ``df`` has, or None where the session cannot tell without running a job."""
+
+    def count_rows(self, df: Any, counter: Callable[[Any], Any]) -> list[int]:
+        """Rows per partition of ``df``: ``counter`` is the mapInArrow function yielding (partition, rows)."""
+
+    def piece_runner(self, source: Any, make_producer: Callable[[dict[str, Any] | None], Any], schema: str,
+                     piece_property: str) -> Callable[[dict[str, Any]], str]:
+        """A function running one piece's data task over ``source``, returning its status row. ``make_producer``
+        makes the mapInArrow function: given a piece (it is in the function), or None (the piece is read from
+        the job's local property ``piece_property``, for sessions that have them)."""

@@ -26,7 +26,7 @@ from .base import Capacity, Launcher
 from .spark_jobs import error_summary, held_slots, hold, release, submit_job
 from .spark_session import local_slots
 
-__all__ = ["ConnectLauncher", "connect_session", "CHANNEL_HOST_CONF", "CHANNEL_HOST_ENV"]
+__all__ = ["ConnectLauncher", "connect_session", "connect_conf", "CHANNEL_HOST_CONF", "CHANNEL_HOST_ENV"]
 
 CHANNEL_HOST_CONF: Final = "spark.jupyter_torchdist.channel.host"
 CHANNEL_HOST_ENV: Final = "JUPYTER_TORCHDIST_CHANNEL_HOST"
@@ -63,7 +63,8 @@ def _rank_task(plan: RunPlan, local_gpus: list[str] | None, batches: Any) -> Any
                                        "stopped": bool(end.get("stopped"))}])
 
 
-def _conf(spark: Any, key: str) -> str | None:
+def connect_conf(spark: Any, key: str) -> str | None:
+    """A setting of the Connect session, or None (unset, or the server will not say)."""
     try:
         value = spark.conf.get(key, None)
     except Exception:
@@ -91,7 +92,7 @@ def _route_to(host: str) -> str:
 def channel_host(spark: Any, server: str, local_master: bool) -> str:
     """Where the ranks dial the kernel: the setting, else loopback for a server on this machine running a local
     master, else this machine's address on the route to the server."""
-    chosen = os.environ.get(CHANNEL_HOST_ENV, "").strip() or (_conf(spark, CHANNEL_HOST_CONF) or "").strip()
+    chosen = os.environ.get(CHANNEL_HOST_ENV, "").strip() or (connect_conf(spark, CHANNEL_HOST_CONF) or "").strip()
     if chosen:
         return chosen
     if server in _LOOPBACK and local_master:
@@ -120,15 +121,15 @@ class ConnectLauncher(Launcher):
 
     def prepare(self, options: RunOptions) -> LaunchInfo:
         spark = self._spark = self._session()
-        self._master = _conf(spark, "spark.master") or ""
+        self._master = connect_conf(spark, "spark.master") or ""
         local = self._master.startswith("local")
         server = _server_host(spark)
         self._check_slots(options.n)
         if options.gpu:
             self._check_gpus(options, spark, local)
         host = channel_host(spark, server, local)
-        tls_on = tls_requested(lambda key: _conf(spark, key))
-        warning = plaintext_warning(lambda key: _conf(spark, key), tls_on)
+        tls_on = tls_requested(lambda key: connect_conf(spark, key))
+        warning = plaintext_warning(lambda key: connect_conf(spark, key), tls_on)
         loopback = host == "127.0.0.1"
         return LaunchInfo(label=f"spark connect {server or '?'}" + (f" ({self._master})" if self._master else ""),
                           channel_host=host, loopback=loopback, channel_tls=tls_on,
@@ -148,16 +149,16 @@ class ConnectLauncher(Launcher):
     def _check_gpus(self, options: RunOptions, spark: Any, local: bool) -> None:
         if local:
             self._local_gpus = require_local_gpus(options.n)
-        elif not _conf(spark, "spark.task.resource.gpu.amount"):
+        elif not connect_conf(spark, "spark.task.resource.gpu.amount"):
             raise LaunchError("--gpu on a Spark Connect cluster needs GPU scheduling on the server: "
                               "spark.task.resource.gpu.amount=1 (and the executors' GPU resources).")
 
     def capacity(self) -> Capacity:
         spark = self._spark or self._session()
-        master = self._master or _conf(spark, "spark.master") or ""
+        master = self._master or connect_conf(spark, "spark.master") or ""
         slots = local_slots(master)  # a cluster behind Connect does not say: Spark's own barrier check decides
         return Capacity(slots=None if slots is None else slots - held_slots(),
-                        default_ranks=int(_conf(spark, "spark.default.parallelism") or slots or 2),
+                        default_ranks=int(connect_conf(spark, "spark.default.parallelism") or slots or 2),
                         where=f"this Spark Connect session ({master or 'a remote server'})")
 
     def start(self, plan: RunPlan, inbox: queue.SimpleQueue[Inbound]) -> None:

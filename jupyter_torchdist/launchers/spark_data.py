@@ -1,6 +1,7 @@
 """The data plane of a classic SparkSession: where ``batches()`` data tasks run beside the ranks, and how."""
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable
 from typing import Any
@@ -8,7 +9,14 @@ from typing import Any
 from .spark_jobs import error_summary, held_slots, submit_job
 from .spark_session import conf_of, slots_available
 
-__all__ = ["SparkDataPlane"]
+__all__ = ["SparkDataPlane", "default_data_workers"]
+
+
+def default_data_workers(master: str, ranks: int, free: int) -> int:
+    """The session's task slots beyond the ranks' (``free``); on a local master, its cores beyond the ranks'.
+    At least 1."""
+    cores = _local_cores(master)
+    return max(1, (cores - ranks) if cores is not None else free)
 
 
 def _local_cores(master: str) -> int | None:
@@ -28,6 +36,7 @@ class SparkDataPlane:
         self._sc = session.sparkContext
         self.master: str = self._sc.master
         self.local: bool = self.master.startswith("local")  # executors on the kernel's host
+        self._piece_property = ""
 
     def session(self) -> Any:
         return self._session
@@ -49,10 +58,7 @@ class SparkDataPlane:
         return self.data_slots() - held_slots() - ranks_in_slots
 
     def default_workers(self, ranks: int, free: int) -> int:
-        """The session's task slots beyond the ranks' (``free``); on a local master, its cores beyond the
-        ranks'. At least 1."""
-        cores = _local_cores(self.master)
-        return max(1, (cores - ranks) if cores is not None else free)
+        return default_data_workers(self.master, ranks, free)
 
     def submit(self, job: Callable[[], None], lane: str) -> None:
         submit_job(job, lane=lane)
@@ -65,3 +71,67 @@ class SparkDataPlane:
             self._sc.cancelJobGroup(group)
         except Exception:
             pass
+
+    def begin(self, group: str, what: str) -> None:
+        self._sc.setJobGroup(group, what, interruptOnCancel=True)
+
+    def end(self, group: str) -> None:
+        for key in (self._piece_property, "spark.jobGroup.id"):
+            if key:
+                self._sc.setLocalProperty(key, None)
+
+    def partitions(self, df: Any) -> int | None:
+        return int(df.rdd.getNumPartitions())
+
+    def count_rows(self, df: Any, counter: Callable[[Any], Any]) -> list[int]:
+        """Only a literal is selected, so Spark reads no data column it need not; the count runs with the data
+        tasks' own task profile."""
+        from pyspark.sql import functions as F
+
+        counted = df.select(F.lit(1).alias("one")).mapInArrow(counter, "p long, n long")
+        rows = _resources(counted.rdd, self.conf()).collect()
+        counts = [0] * (max((int(r["p"]) for r in rows), default=-1) + 1)
+        for row in rows:
+            counts[int(row["p"])] = int(row["n"])
+        return counts
+
+    def piece_runner(self, source: Any, make_producer: Callable[[dict[str, Any] | None], Any], schema: str,
+                     piece_property: str) -> Callable[[dict[str, Any]], str]:
+        """One mapped DataFrame for the epoch; each piece's job runs its one partition, the piece in a local
+        property of the job."""
+        rdd = _resources(source.mapInArrow(make_producer(None), schema).rdd, self.conf())
+        self._piece_property = piece_property
+
+        def run(piece: dict[str, Any]) -> str:
+            self._sc.setLocalProperty(piece_property, json.dumps(piece))
+            return _run_partition(self._sc, rdd, int(piece["partition"]))
+
+        return run
+
+
+def _resources(rdd: Any, conf: dict[str, str]) -> Any:
+    """With GPU scheduling, ranks take the GPU task slots; data tasks ask for one CPU and no GPU, so they run
+    in the executors' other slots (a stage-level TaskResourceProfile)."""
+    if not conf.get("spark.task.resource.gpu.amount"):
+        return rdd
+    from pyspark.resource import ResourceProfileBuilder, TaskResourceRequests
+
+    cpus = int(conf.get("spark.task.cpus", "1") or 1)
+    profile = ResourceProfileBuilder().require(TaskResourceRequests().cpus(cpus)).build
+    return rdd.withResources(profile)
+
+
+def _statuses(rows: Any) -> list[str]:
+    return [row.status for row in rows]
+
+
+def _run_partition(sc: Any, rdd: Any, partition: int) -> str:
+    """The status row of one partition's task. Straight to the JVM when this pyspark allows: ``sc.runJob`` would
+    add a second Python worker to every task (about 80 ms a piece), only to read the status row."""
+    try:
+        from pyspark.util import _load_from_socket
+    except ImportError:
+        return str(sc.runJob(rdd, _statuses, partitions=[partition])[0])
+    sock = sc._jvm.PythonRDD.runJob(sc._jsc.sc(), rdd._jrdd, [partition])
+    with _load_from_socket(sock, rdd._jrdd_deserializer) as stream:
+        return str(next(iter(stream)).status)
