@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import ast
 import json
-import re
 import textwrap
 
 import pytest
