@@ -23,7 +23,7 @@ from .handles import DataFrameHandle
 if TYPE_CHECKING:
     from ..rank.runtime import RankRuntime
 
-__all__ = ["batches", "Batches", "cell_numbers"]
+__all__ = ["batches", "Batches", "RankData", "cell_numbers"]
 
 
 @dataclass(frozen=True)
@@ -76,12 +76,12 @@ def _sources(fn: Any) -> list[tuple[str, str]]:
 class _Epoch:
     seq: int
     feed: Any
-    cell: Any = None        # the (kept) cell it was opened in: its data job ends with that cell
+    cell: int | None = None  # the (kept) cell it was opened in: its data job ends with that cell
     steps: int = 0
     reply: dict[str, Any] | None = None
 
 
-class _RankData:
+class RankData:
     """This rank's data plane: its listener (made on first use), its open epochs, this cell's numbers."""
 
     def __init__(self, runtime: RankRuntime) -> None:
@@ -114,11 +114,11 @@ class _RankData:
 
     def current(self, epoch: _Epoch) -> bool:
         """Whether ``epoch`` can still be read: opened in this cell (a kept cell's data jobs end with it)."""
-        return epoch.cell == self.runtime.extras.get("cell")
+        return epoch.cell == self.runtime.cell
 
     def _new_cell(self) -> None:
         """Under the lock: a new kept cell counts its epochs and numbers afresh; the last cell's are over."""
-        cell = self.runtime.extras.get("cell")
+        cell = self.runtime.cell
         if cell != self.cell:
             for stale in self.epochs.values():
                 self.receiver.close_feed(stale.feed)
@@ -171,7 +171,7 @@ class _RankData:
 _lock = threading.Lock()
 
 
-def _data() -> _RankData:
+def _data() -> RankData:
     from ..rank.runtime import current  # only on a rank: the kernel imports this module for the API alone
 
     runtime = current()
@@ -179,10 +179,9 @@ def _data() -> _RankData:
         raise DataError("batches() runs on the ranks of a %%distribute cell (or jt.run): outside a run there is no "
                         "data job to feed it")
     with _lock:
-        data = runtime.extras.get("data")
-        if data is None:
-            data = runtime.extras["data"] = _RankData(runtime)
-    return data
+        if runtime.data is None:
+            runtime.data = RankData(runtime)
+        return runtime.data
 
 
 def cell_numbers() -> tuple[float, float, int] | None:
@@ -190,8 +189,8 @@ def cell_numbers() -> tuple[float, float, int] | None:
     from ..rank.runtime import current
 
     runtime = current()
-    data = runtime.extras.get("data") if runtime is not None else None
-    if data is None or data.first_at is None or data.cell != runtime.extras.get("cell"):  # type: ignore[union-attr]
+    data = runtime.data if runtime is not None else None
+    if runtime is None or data is None or data.first_at is None or data.cell != runtime.cell:
         return None
     return data.wait_s, time.monotonic() - data.first_at, int(data.rows)
 
@@ -220,7 +219,7 @@ class Batches:
         return f"batches({self._df!r}, batch_size={self._args.batch_size}, epoch={self._args.epoch})"
 
 
-def _iterate(data: _RankData, epoch: _Epoch) -> Iterator[dict[str, Any]]:
+def _iterate(data: RankData, epoch: _Epoch) -> Iterator[dict[str, Any]]:
     from .convert import to_torch
 
     early = True

@@ -58,7 +58,7 @@ class _Reporting:
         rank_api._sink.post = None
         runtime = current()
         if runtime is not None:
-            runtime.extras["usage"].sample()  # the cell's last numbers go with its outcome
+            runtime.usage.sample()  # the cell's last numbers go with its outcome
 
 
 def _call_kept(payload: bytes, ns: Namespace, guard: Any) -> tuple[str, Any]:
@@ -96,7 +96,7 @@ def _begin_cell(cell: int) -> None:
     """Per-cell numbers (batches() epochs, time waiting for data) start again with each cell."""
     runtime = current()
     if runtime is not None:
-        runtime.extras["cell"] = cell
+        runtime.cell = cell
 
 
 def _one_shot(plan: RunPlan, rank: int, store: Any, device: str, client: RankClient) -> dict[str, Any]:
@@ -140,8 +140,7 @@ def rank_main(plan: RunPlan, rank: int, gpu_address: str | None = None) -> int:
     client = RankClient(sock)
     link = KernelLink(sock)
     bind_ip = "127.0.0.1" if plan.loopback else sock.getsockname()[0]
-    install(RankRuntime(plan, rank, client, link, bind_ip, {"cell": 1,
-                                                           "usage": UsageSampler(client.post_usage, gpu=plan.gpu)}))
+    install(RankRuntime(plan, rank, client, link, bind_ip, UsageSampler(client.post_usage, gpu=plan.gpu)))
     install_tqdm(rank_api.report)
     if plan.keep:
         return _kept(plan, rank, store, device, link, client)
