@@ -78,7 +78,7 @@ class _Epoch:
     feed: Any
     cell: int | None = None  # the (kept) cell it was opened in: its data job ends with that cell
     steps: int = 0
-    reply: dict[str, Any] | None = None
+    reply: C.DataReply | None = None
 
 
 class RankData:
@@ -97,19 +97,15 @@ class RankData:
         self.first_at: float | None = None
         runtime.link.on_data(self._on_message)
 
-    def _on_message(self, msg: dict[str, Any] | None) -> None:
+    def _on_message(self, msg: C.DataReply | None) -> None:
+        """The kernel's answer to an epoch (None: the channel closed, which answers every open epoch)."""
         with self.cond:
-            epochs = list(self.epochs.values()) if msg is None else [e for e in [self.epochs.get(msg.get("seq", -1))]
-                                                                     if e is not None]
-            for epoch in epochs:
-                if msg is None:
-                    epoch.feed.fail("the kernel closed the channel")
-                elif msg.get("t") == C.DATA_ERROR:
-                    text = str(msg.get("summary", "the data could not be made"))
-                    tb = str(msg.get("traceback", ""))
-                    epoch.feed.fail(f"{text}\n{tb}".rstrip())
-                if epoch.reply is None:
-                    epoch.reply = msg or {"t": C.DATA_ERROR, "summary": "the kernel closed the channel"}
+            if msg is None:
+                for epoch in self.epochs.values():
+                    _answer(epoch, {"t": C.DATA_ERROR, "seq": epoch.seq, "summary": "the kernel closed the channel",
+                                    "traceback": ""})
+            elif (asked := self.epochs.get(msg["seq"])) is not None:
+                _answer(asked, msg)
             self.cond.notify_all()
 
     def current(self, epoch: _Epoch) -> bool:
@@ -131,11 +127,12 @@ class RankData:
             self.seq += 1
             epoch = _Epoch(self.seq, self.receiver.open_feed(args.prefetch), self.cell)
             self.epochs[epoch.seq] = epoch
-        msg = {"t": C.DATA_OPEN, "seq": epoch.seq, "feed": epoch.feed.token, "handle": handle.id,
-               "args": args.__dict__, "transform": dumps(transform) if transform is not None else None,
-               "transform_name": getattr(transform, "__qualname__", repr(transform))[:200],
-               "sources": _sources(transform), "address": self.receiver.listener.address,
-               "pin": self.receiver.listener.pin}
+        msg: C.DataOpenMsg = {
+            "t": C.DATA_OPEN, "seq": epoch.seq, "feed": epoch.feed.token, "handle": handle.id, "args": args.__dict__,
+            "transform": dumps(transform) if transform is not None else None,
+            "transform_name": getattr(transform, "__qualname__", repr(transform))[:200],
+            "sources": _sources(transform), "address": self.receiver.listener.address,
+            "pin": self.receiver.listener.pin}
         self.runtime.client.post(msg, urgent=True)
         try:
             with self.cond:
@@ -143,11 +140,12 @@ class RankData:
         except BaseException:  # interrupted while waiting for the plan: the kernel stops what it started
             self.close(epoch, early=True)
             raise
-        reply = epoch.reply or {}
-        if reply.get("t") != C.DATA_PLAN:
+        reply = epoch.reply
+        if reply is None or reply["t"] == C.DATA_ERROR:
             self.close(epoch, early=False, tell=False)
-            raise DataError(f"{reply.get('summary', 'batches() failed')}\n{reply.get('traceback', '')}".rstrip())
-        epoch.steps = int(reply["steps"])
+            why = f"{reply['summary']}\n{reply['traceback']}" if reply is not None else "batches() failed"
+            raise DataError(why.rstrip())
+        epoch.steps = reply["steps"]
         return epoch
 
     def take(self, epoch: _Epoch) -> dict[str, Any]:
@@ -169,6 +167,14 @@ class RankData:
 
 
 _lock = threading.Lock()
+
+
+def _answer(epoch: _Epoch, msg: C.DataReply) -> None:
+    """Under the lock: the first answer stands; an error also fails the epoch's feed (a reader waiting wakes)."""
+    if msg["t"] == C.DATA_ERROR:
+        epoch.feed.fail(f"{msg['summary']}\n{msg['traceback']}".rstrip())
+    if epoch.reply is None:
+        epoch.reply = msg
 
 
 def _data() -> RankData:

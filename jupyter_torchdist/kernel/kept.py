@@ -69,7 +69,7 @@ class _KeptSet:
                        all_ranks=options.all_ranks, loopback=self.info.loopback, tls=self.server.tls_pin, keep=True)
 
     def send_cell(self, cell: int, payload: bytes, filename: str, source: str, options: RunOptions) -> None:
-        msg = {"t": C.CELL, "cell": cell, "payload": payload, "filename": filename, "source": source,
+        msg: C.CellMsg = {"t": C.CELL, "cell": cell, "payload": payload, "filename": filename, "source": source,
                "all_ranks": options.all_ranks, "max_value_bytes": options.max_value_bytes}
         for rank in range(self.options.n):
             self.server.send(rank, C.RANK, msg)

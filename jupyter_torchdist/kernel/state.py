@@ -100,7 +100,7 @@ class RunState:
             self.ranks = [RankState(r) for r in range(self.world_size)]
 
     # -- folding messages ------------------------------------------------------------------------
-    def apply(self, rank: int, role: str, msg: dict[str, Any], at: float) -> None:
+    def apply(self, rank: int, role: str, msg: C.InboundMessage, at: float) -> None:
         """Fold one message in; ``rank`` is -1 for the launcher's run-wide messages."""
         handler = HANDLERS.get((role, str(msg.get("t"))))
         if handler is not None and (rank >= 0 or role == C.BACKEND):
@@ -367,7 +367,7 @@ class RunState:
         return run_snapshot(self, log_tail)
 
 
-Handler = Callable[[RunState, Any, dict[str, Any], float], None]
+Handler = Callable[[RunState, Any, Any, float], None]
 
 # Every (role, message type) the kernel can receive, and what folds it in. contract.INBOUND == keys.
 HANDLERS: Final[dict[tuple[str, str], Handler]] = {
