@@ -7,23 +7,34 @@ Three kinds of process take part in a run:
   watches it and reports how it ended;
 * the **rank** runs the user's code.
 
-Every message is a dict whose ``"t"`` names its type; the constants below are the whole vocabulary,
-the ``TypedDict`` beside each says its fields, and ``INBOUND`` says who may send what to the kernel.
-The kernel's ``RunState`` handles every inbound pair on purpose (a test checks the table against
-``INBOUND``), so a message type cannot be added on one side and silently dropped on the other.
+Every message is a dict whose ``"t"`` names its type (the constants below are the whole vocabulary); the
+``TypedDict`` beside each says its fields, its ``t`` a ``Literal`` of that constant. Producers build messages
+as their ``TypedDict`` (mypy checks every field), consumers narrow the unions below on ``msg["t"]``. The unions
+say who sends what: ``RankMessage``, ``AgentMessage``, ``ChannelNotice`` and ``BackendMessage`` make up
+``InboundMessage`` (what the kernel receives), ``ToRank`` and ``ToAgent`` what it sends. ``RANK_SENDS``,
+``INBOUND`` and the other sets are derived from the unions, so the channel's check of who may send what and
+the kernel's dispatch (exhaustive over the unions: ``unhandled`` makes mypy fail on a type left out) cannot
+drift apart. On the wire a message is a plain dict (pickled); the channel stamps what a connection sends
+with its ``"rank"``.
 """
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal, TypedDict
+from typing import Any, Final, Literal, NoReturn, TypedDict, Union, get_args, get_type_hints
 
 __all__ = [
     "RANK", "AGENT", "BACKEND", "Role",
     "HELLO", "STATE", "PROGRESS", "LOG", "RESULT", "FAILED", "DROPPED", "USAGE", "DATA_OPEN", "DATA_DONE",
     "AGENT_HELLO", "EXIT", "CONNECTED", "DISCONNECTED", "LOST", "STOPPED", "JOB_END", "DATA_STATUS",
     "RENDEZVOUS", "RELEASE", "CELL", "STOP", "INTERRUPT", "DATA_PLAN", "DATA_ERROR",
-    "RANK_SENDS", "AGENT_SENDS", "CHANNEL_SAYS", "BACKEND_SAYS", "INBOUND",
+    "HelloMsg", "StateMsg", "ProgressMsg", "LogMsg", "ResultMsg", "FailedMsg", "DroppedMsg", "UsageMsg",
+    "DataOpenMsg", "DataDoneMsg", "AgentHelloMsg", "ExitMsg", "ConnectedMsg", "DisconnectedMsg", "LostMsg",
+    "StoppedMsg", "JobEndMsg", "DataStatusMsg", "RendezvousMsg", "ReleaseMsg", "CellMsg", "DataPlanMsg",
+    "DataErrorMsg", "StopMsg", "InterruptMsg", "Stream",
+    "RankMessage", "FinalMessage", "AgentMessage", "ChannelNotice", "BackendMessage", "InboundMessage",
+    "DataReply", "ToRank", "ToAgent", "OutboundMessage", "unhandled",
+    "RANK_SENDS", "AGENT_SENDS", "CHANNEL_SAYS", "BACKEND_SAYS", "INBOUND", "SENDS",
     "TLSPin", "RunPlan", "LaunchInfo", "Inbound",
 ]
 
@@ -63,147 +74,168 @@ DATA_STATUS: Final = "data_status"  # the data service's workers: how many run, 
 RENDEZVOUS: Final = "rendezvous"  # where the store is, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK
 RELEASE: Final = "release"        # rank: every rank has ended its cell; you may exit now
 CELL: Final = "cell"              # kept rank: run this payload next, in your namespace
-STOP: Final = "stop"              # agent: kill your rank now
-INTERRUPT: Final = "interrupt"    # agent: deliver SIGINT to your rank (kept ranks survive it)
 DATA_PLAN: Final = "data_plan"    # rank: your epoch is planned (steps); data workers are on their way
 DATA_ERROR: Final = "data_error"  # rank: the data for that epoch cannot come (the transform raised, ...)
+STOP: Final = "stop"              # agent: kill your rank now
+INTERRUPT: Final = "interrupt"    # agent: deliver SIGINT to your rank (kept ranks survive it)
 
-RANK_SENDS: Final = frozenset({HELLO, STATE, PROGRESS, LOG, RESULT, FAILED, DROPPED, USAGE, DATA_OPEN, DATA_DONE})
-AGENT_SENDS: Final = frozenset({AGENT_HELLO, EXIT})
-CHANNEL_SAYS: Final = frozenset({CONNECTED, DISCONNECTED})
-BACKEND_SAYS: Final = frozenset({LOST, STOPPED, JOB_END, DATA_STATUS})
-
-# Every (role, type) the kernel can receive. Channel notices come for both connection roles.
-INBOUND: Final = frozenset(
-    {(RANK, t) for t in RANK_SENDS | CHANNEL_SAYS}
-    | {(AGENT, t) for t in AGENT_SENDS | CHANNEL_SAYS}
-    | {(BACKEND, t) for t in BACKEND_SAYS}
-)
+Stream = Literal["stdout", "stderr"]
 
 
-# -- message shapes ------------------------------------------------------------------------------------
-class HelloMsg(TypedDict, total=False):
-    t: str
+# -- message shapes: rank -> kernel ----------------------------------------------------------------------
+# (A ``total=False`` subclass adds the fields only some messages of a type carry.)
+class _Hello(TypedDict):
+    t: Literal["hello"]
     host: str
-    ip: str
+    ip: str               # the address the rank's own listeners use
     pid: int
-    store_port: int     # rank 0 only
+
+
+class HelloMsg(_Hello, total=False):
+    store_port: int       # rank 0 only
 
 
 class StateMsg(TypedDict):
-    t: str
+    t: Literal["state"]
     state: Literal["starting", "running"]
 
 
 class ProgressMsg(TypedDict):
-    t: str
+    t: Literal["progress"]
     step: int | None
     total: int | None
-    metrics: dict[str, Any]
+    metrics: dict[str, Any]   # the rank's sender makes each value a plain number or a short string
     at: float
 
 
 class LogMsg(TypedDict):
-    t: str
-    stream: Literal["stdout", "stderr"]
+    t: Literal["log"]
+    stream: Stream
     text: str
     at: float
 
 
-class ResultMsg(TypedDict, total=False):
-    t: str
+class _Result(TypedDict):
+    t: Literal["result"]
     value: bytes | None   # cloudpickle of the value (rank 0, or every rank with --all-ranks)
     repr: str | None
     at: float
+
+
+class ResultMsg(_Result, total=False):
     cell: int             # kept ranks: which cell this ends
     names: list[str]      # kept ranks: the global names the rank's own code defined (rank 0)
 
 
-class FailedMsg(TypedDict, total=False):
-    t: str
+class _Failed(TypedDict):
+    t: Literal["failed"]
     summary: str
     traceback: str
     at: float
-    code: Any             # a script's exit code
+
+
+class FailedMsg(_Failed, total=False):
+    code: Any             # a script's exit code (sys.exit's argument)
     interrupted: bool     # the cell ended in KeyboardInterrupt (kept ranks: the kernel asked for it)
     cell: int             # kept ranks: which cell this ends
 
 
 class DroppedMsg(TypedDict):
-    t: str
-    log_lines: int
+    t: Literal["dropped"]
+    log_lines: int        # counts since the rank started: a later notice replaces an earlier one
     log_bytes: int
     progress: int
 
 
-class UsageMsg(TypedDict, total=False):
-    t: str
+class _Usage(TypedDict):
+    t: Literal["usage"]
     at: float
-    cpu_s: float              # CPU seconds the rank process has used (all its threads)
-    rss: int                  # resident memory, bytes
+    rss: int | None           # resident memory, bytes
+
+
+class UsageMsg(_Usage, total=False):
+    cpu_pct: float            # CPU use since the last reading (all the process's threads; 100 = one core)
     gpu_util: float | None    # percent, under --gpu when NVML can tell
     gpu_mem: int | None       # bytes the rank holds on its GPU
-    wait_s: float             # time spent waiting in batches() this cell
+    wait_s: float             # time spent waiting in batches() this cell (the next three: once batches() ran)
     data_s: float             # time since this cell's first batches() step was asked for
     rows: int                 # rows batches() has handed to the training loop this cell
 
 
 class DataOpenMsg(TypedDict):
-    t: str
+    t: Literal["data_open"]
     seq: int                  # the rank's n-th batches() epoch in this cell (every rank counts alike)
     feed: int                 # the rank's feed token: data workers address fragments to it
     handle: str               # the DataFrame's handle (data.handles)
     args: dict[str, Any]      # batch_size, columns, shuffle, seed, epoch, drop_last, prefetch
     transform: bytes | None   # cloudpickle of the transform
     transform_name: str
+    sources: list[tuple[str, str]]  # (filename, text) of the transform's code, for its tracebacks
     address: tuple[str, int]  # the rank's data listener
     pin: TLSPin | None        # its certificate, with channel TLS
 
 
 class DataDoneMsg(TypedDict):
-    t: str
+    t: Literal["data_done"]
     seq: int
     early: bool               # the loop stopped before the last step (break, an exception)
 
 
+# -- agent -> kernel ---------------------------------------------------------------------------------------
+class AgentHelloMsg(TypedDict):
+    t: Literal["agent"]
+    host: str
+    pid: int
+    child: int                # the rank's pid
+
+
+class ExitMsg(TypedDict):
+    t: Literal["exit"]
+    code: int | None
+    signal: str | None
+    stopped: bool             # the agent killed the rank because the kernel said STOP
+    at: float
+
+
+# -- the kernel's channel and launchers --------------------------------------------------------------------
+class ConnectedMsg(TypedDict):
+    t: Literal["connected"]
+
+
+class DisconnectedMsg(TypedDict):
+    t: Literal["disconnected"]
+
+
+class _Lost(TypedDict):
+    t: Literal["lost"]
+    summary: str
+
+
+class LostMsg(_Lost, total=False):
+    traceback: str
+    at: float
+
+
+class StoppedMsg(TypedDict):
+    t: Literal["stopped"]
+
+
+class JobEndMsg(TypedDict):
+    t: Literal["job_end"]
+    error: str | None
+
+
 class DataStatusMsg(TypedDict):
-    t: str
+    t: Literal["data_status"]
     workers: int              # data workers (lanes) of the epoch
     active: int               # ... that still have pieces to make
     running: int              # ... with a Spark task running at this moment
     rows: int                 # rows the data workers have sent this cell
 
 
-
-class AgentHelloMsg(TypedDict):
-    t: str
-    host: str
-    pid: int
-    child: int
-
-
-class ExitMsg(TypedDict):
-    t: str
-    code: int | None
-    signal: str | None
-    stopped: bool
-    at: float
-
-
-class LostMsg(TypedDict, total=False):
-    t: str
-    summary: str
-    traceback: str
-    at: float
-
-
-class JobEndMsg(TypedDict):
-    t: str
-    error: str | None
-
-
+# -- kernel -> rank ----------------------------------------------------------------------------------------
 class RendezvousMsg(TypedDict):
-    t: str
+    t: Literal["rendezvous"]
     master_addr: str
     master_port: int
     local_rank: int
@@ -212,9 +244,12 @@ class RendezvousMsg(TypedDict):
     num_hosts: int
 
 
+class ReleaseMsg(TypedDict):
+    t: Literal["release"]
+
 
 class CellMsg(TypedDict):
-    t: str
+    t: Literal["cell"]
     cell: int             # kept ranks count their cells from 1 (the payload that started them)
     payload: bytes        # cloudpickle of a rank.kept.KeptCell or KeptCall
     filename: str
@@ -223,13 +258,8 @@ class CellMsg(TypedDict):
     max_value_bytes: int
 
 
-class StopMsg(TypedDict):
-    t: str
-    reason: str
-
-
 class DataPlanMsg(TypedDict):
-    t: str
+    t: Literal["data_plan"]
     seq: int
     steps: int                # batches every rank gets this epoch
     rows: int                 # rows used this epoch (all ranks)
@@ -238,10 +268,44 @@ class DataPlanMsg(TypedDict):
 
 
 class DataErrorMsg(TypedDict):
-    t: str
+    t: Literal["data_error"]
     seq: int
     summary: str
     traceback: str
+
+
+# -- kernel -> agent ---------------------------------------------------------------------------------------
+class StopMsg(TypedDict):
+    t: Literal["stop"]
+    reason: str
+
+
+class InterruptMsg(TypedDict):
+    t: Literal["interrupt"]
+
+
+# -- who sends what ----------------------------------------------------------------------------------------
+RankMessage = Union[HelloMsg, StateMsg, ProgressMsg, LogMsg, ResultMsg, FailedMsg, DroppedMsg, UsageMsg,
+                    DataOpenMsg, DataDoneMsg]
+FinalMessage = Union[ResultMsg, FailedMsg]  # how a rank's cell ended
+AgentMessage = Union[AgentHelloMsg, ExitMsg]
+ChannelNotice = Union[ConnectedMsg, DisconnectedMsg]        # said for a rank's and an agent's connection alike
+BackendMessage = Union[LostMsg, StoppedMsg, JobEndMsg, DataStatusMsg]
+InboundMessage = Union[RankMessage, AgentMessage, ChannelNotice, BackendMessage]
+DataReply = Union[DataPlanMsg, DataErrorMsg]                # what answers a rank's DATA_OPEN
+ToRank = Union[RendezvousMsg, ReleaseMsg, CellMsg, DataReply]
+ToAgent = Union[StopMsg, InterruptMsg]
+OutboundMessage = Union[ToRank, ToAgent]
+
+
+def unhandled(msg: NoReturn) -> None:
+    """The last ``else`` of a dispatch on ``msg["t"]``: mypy fails unless every type of the union was
+    handled above it (what is left is then nothing). At run time it does nothing: the message is ignored."""
+
+
+def _kinds(union: Any) -> frozenset[str]:
+    """The ``"t"`` values of a union of message types, read from their ``Literal`` annotations."""
+    return frozenset(t for cls in get_args(union) for t in get_args(get_type_hints(cls)["t"]))
 
 
 # -- what travels to every rank --------------------------------------------------------------------------
@@ -288,6 +352,21 @@ class LaunchInfo:
 class Inbound:
     """One message for the kernel, stamped with the rank and role its connection authenticated as."""
     rank: int
-    role: str
-    msg: dict[str, Any]
+    role: Role
+    msg: InboundMessage
     at: float = field(default_factory=time.time)
+
+
+# -- derived from the unions: who may send what (the channel drops anything else) --------------------------
+RANK_SENDS: Final = _kinds(RankMessage)
+AGENT_SENDS: Final = _kinds(AgentMessage)
+CHANNEL_SAYS: Final = _kinds(ChannelNotice)
+BACKEND_SAYS: Final = _kinds(BackendMessage)
+SENDS: Final[dict[str, frozenset[str]]] = {RANK: RANK_SENDS, AGENT: AGENT_SENDS}  # over a connection
+
+# Every (role, type) the kernel can receive. Channel notices come for both connection roles.
+INBOUND: Final = frozenset(
+    {(RANK, t) for t in RANK_SENDS | CHANNEL_SAYS}
+    | {(AGENT, t) for t in AGENT_SENDS | CHANNEL_SAYS}
+    | {(BACKEND, t) for t in BACKEND_SAYS}
+)

@@ -16,6 +16,7 @@ from jupyter_torchdist.channel import server as channel_mod
 from jupyter_torchdist.channel import protocol as P
 from jupyter_torchdist.channel.client import connect
 from jupyter_torchdist.channel.server import ChannelServer
+from jupyter_torchdist import contract as C
 from jupyter_torchdist.contract import Inbound
 from jupyter_torchdist.kernel.state import RunState
 
@@ -138,6 +139,22 @@ def test_wrongly_typed_messages_are_dropped_and_the_connection_stays(server, msg
     sock.close()
 
 
+def test_a_connection_speaks_only_for_its_own_role(server):
+    """A rank cannot send its agent's, the channel's or the launcher's messages; an agent cannot send a rank's."""
+    rank = connect(server.address, server.secret, 1, P.ROLE_RANK)
+    agent = connect(server.address, server.secret, 1, P.ROLE_AGENT)
+    P.send_frame(rank, [{"t": "connected"}, {"t": "exit", "code": 1, "signal": None, "stopped": False, "at": 1.0},
+                        {"t": "lost", "summary": "forged"}, {"t": "log", "stream": "stdout", "text": "ok", "at": 1.0}])
+    assert _until(lambda: server.malformed == 3)
+    P.send_frame(agent, [{"t": "result", "value": None, "repr": "1", "at": 1.0}, {"t": "disconnected"},
+                         {"t": "agent", "host": "h", "pid": 1, "child": 2}])
+    assert _until(lambda: server.malformed == 5)
+    got = [(m.role, m.msg["t"]) for m in _messages(server)]
+    assert sorted(got) == [("agent", "agent"), ("agent", "connected"), ("rank", "connected"), ("rank", "log")]
+    rank.close()
+    agent.close()
+
+
 def test_check_message_accepts_what_ranks_send():
     for msg in ({"t": "hello", "host": "h", "ip": "127.0.0.1", "pid": 5, "store_port": 1234},
                 {"t": "progress", "step": 3, "total": None, "metrics": {"loss": 0.5}, "at": 1.5},
@@ -202,7 +219,7 @@ def test_fuzz_after_the_handshake_keeps_the_server_healthy(server, valid, garbag
             break
         if ev.msg["t"] != "connected":
             got.append(ev.msg)
-    expected = [dict(m, rank=0) for m in valid if P.check_message(m) is None]
+    expected = [dict(m, rank=0) for m in valid if P.check_message(m, C.RANK_SENDS) is None]
     assert got[:len(expected)] == expected  # every well-formed message before the garbage, in order
     assert all(m["rank"] == 0 for m in got)
 

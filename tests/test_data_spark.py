@@ -237,7 +237,7 @@ def read_epoch_over_tls(df):
     from jupyter_torchdist.rank.runtime import current
 
     out = read_epoch(df, 8)
-    out["tls"] = current().extras["data"].receiver.listener.ssl is not None
+    out["tls"] = current().data.receiver.listener.ssl is not None
     return out
 
 

@@ -2,12 +2,14 @@
 import ast
 import json
 import pathlib
+import re
+import typing
 
 import pytest
 
 from jupyter_torchdist import contract as C
 from jupyter_torchdist.errors import RunError, RunFailed, RunInterrupted, RunTimeout
-from jupyter_torchdist.kernel.state import HANDLERS, HISTORY_POINTS, RunState
+from jupyter_torchdist.kernel.state import HISTORY_POINTS, RunState
 from jupyter_torchdist.views.schema import RunSnapshot
 
 PKG = pathlib.Path(__file__).resolve().parents[1] / "jupyter_torchdist"
@@ -113,10 +115,74 @@ def test_agent_exit_is_a_failure_once_the_ranks_connection_drains_without_a_resu
 
 
 # -- the contract: every message a rank, agent, channel or launcher can send is handled on purpose ------
-def test_every_inbound_message_type_has_a_handler():
-    assert set(HANDLERS) == set(C.INBOUND), (
-        f"unhandled: {sorted(set(C.INBOUND) - set(HANDLERS))}; handled but never sent: "
-        f"{sorted(set(HANDLERS) - set(C.INBOUND))}")
+def _message_types(union) -> dict[str, type]:
+    """t -> TypedDict, for each member of a union of the contract's messages (read from its Literal)."""
+    out = {}
+    for cls in typing.get_args(union):
+        (t,) = typing.get_args(typing.get_type_hints(cls)["t"])
+        out[t] = cls
+    return out
+
+
+def test_inbound_is_what_the_unions_say_and_each_type_is_one_constant():
+    rank, agent = _message_types(C.RankMessage), _message_types(C.AgentMessage)
+    channel, backend = _message_types(C.ChannelNotice), _message_types(C.BackendMessage)
+    assert C.INBOUND == ({(C.RANK, t) for t in [*rank, *channel]} | {(C.AGENT, t) for t in [*agent, *channel]}
+                         | {(C.BACKEND, t) for t in backend})
+    assert C.SENDS == {C.RANK: set(rank), C.AGENT: set(agent)}
+    outbound = _message_types(C.OutboundMessage)
+    constants = {v for k, v in vars(C).items() if k.isupper() and isinstance(v, str) and k not in ("RANK", "BACKEND")}
+    every = [*rank, *agent, *channel, *backend, *outbound]
+    assert sorted(every) == sorted(constants), "each message type is one constant, in exactly one union"
+
+
+def test_every_inbound_message_type_is_folded(monkeypatch):
+    """mypy makes the dispatch exhaustive (contract.unhandled takes Never); this checks it at run time too."""
+    def unhandled(msg):
+        raise AssertionError(f"{msg['t']} reached contract.unhandled")
+
+    monkeypatch.setattr(C, "unhandled", unhandled)
+    for role, t in sorted(C.INBOUND):
+        st = _run(2)
+        st.apply(-1 if t in (C.JOB_END, C.DATA_STATUS) else 1, role, {"t": t}, 1.0)
+
+
+def test_a_message_its_role_does_not_send_is_ignored():
+    st = _run(1)
+    st.apply(0, "rank", {"t": C.EXIT, "code": 1, "signal": None, "stopped": False, "at": 1.0}, 1.0)
+    st.apply(0, "agent", {"t": C.FAILED, "summary": "forged", "traceback": "", "at": 1.0}, 1.0)
+    st.apply(0, "rank", {"t": C.LOST, "summary": "forged"}, 1.0)
+    assert not st.failures and st.ranks[0].state == "pending"
+
+
+# the names the package reads a message through (``opens[r]``: the data service's DATA_OPEN of rank r)
+_READERS = re.compile(r"(^|\.)(msg|reply|rdv|final|cell|first|opens\[\w+\])$")
+
+
+def _fields_read(path: pathlib.Path) -> list[tuple[str, int]]:
+    """Literal keys read from a message: ``msg["k"]``, ``msg.get("k")`` (also ``ev.msg``, ``reply``...)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
+            owner, key = node.value, node.slice.value
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
+              and node.args and isinstance(node.args[0], ast.Constant)):
+            owner, key = node.func.value, node.args[0].value
+        else:
+            continue
+        if isinstance(key, str) and _READERS.search(ast.unparse(owner)):
+            found.append((key, node.lineno))
+    return found
+
+
+def test_every_field_read_from_a_message_is_declared():
+    """mypy checks ``msg["k"]`` on a typed message, but not the key of ``msg.get("k")`` (it types a wrong one
+    as object): no module reads a field that no message of the contract declares."""
+    declared = {"rank"} | {k for union in (C.InboundMessage, C.OutboundMessage)
+                           for cls in typing.get_args(union) for k in typing.get_type_hints(cls)}
+    unknown = [f"{p.relative_to(PKG)}:{line}: {key}" for p in PKG.rglob("*.py")
+               for key, line in _fields_read(p) if key not in declared]
+    assert not unknown, unknown
 
 
 def _message_types_built_in(path: pathlib.Path) -> list[tuple[str, int]]:
@@ -139,7 +205,8 @@ def test_messages_are_built_from_the_contract_only():
 
 
 def test_what_each_side_sends_is_declared_for_that_side():
-    allowed = {"rank": C.RANK_SENDS | {C.RENDEZVOUS}, "channel": C.CHANNEL_SAYS | {C.LOST, C.STOPPED, C.STOP}}
+    # a kept rank's first cell comes in its plan: the rank makes that CELL message itself
+    allowed = {"rank": C.RANK_SENDS | {C.RENDEZVOUS, C.CELL}, "channel": C.CHANNEL_SAYS | {C.LOST, C.STOPPED, C.STOP}}
     names = {v: k for k, v in vars(C).items() if isinstance(v, str) and k.isupper()}
     for side, types in allowed.items():
         for path in (PKG / side).rglob("*.py"):

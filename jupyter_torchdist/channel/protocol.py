@@ -10,8 +10,9 @@ handshake, is refused. With channel TLS (tls.py) all of this runs inside a TLS s
 certificate the ranks pin.
 
 Frames are unpickled only after the handshake (the peer proved it holds the run's secret, so it is
-one of our own ranks); ``check_message`` then drops messages whose core fields have the wrong types,
-so a buggy rank cannot make the kernel's bookkeeping raise.
+one of our own ranks); ``check_message`` then drops messages of a type the peer's role may not send
+(``contract.SENDS``) and messages whose core fields have the wrong types, so a buggy rank can neither make
+the kernel's bookkeeping raise nor speak for its agent or the channel.
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ import pickle
 import socket
 import struct
 import time
+from collections.abc import Collection
 from typing import Any, Protocol
 
 __all__ = [
@@ -133,14 +135,17 @@ _FIELD_TYPES: dict[str, tuple[type, ...]] = {
 _NUMERIC = frozenset(k for k, types in _FIELD_TYPES.items() if int in types)
 
 
-def check_message(msg: Any) -> str | None:
-    """Why ``msg`` is not a well-formed message, or None: a dict with a short string "t", and the
-    fields the kernel reads (times, steps, ports, texts) of the right type, numbers finite."""
+def check_message(msg: Any, kinds: Collection[str] | None = None) -> str | None:
+    """Why ``msg`` is not a well-formed message, or None: a dict with a short string "t" (one of ``kinds``
+    when given), and the fields the kernel reads (times, steps, ports, texts) of the right type, numbers
+    finite."""
     if not isinstance(msg, dict):
         return f"a message must be a dict, not {type(msg).__name__}"
     t = msg.get("t")
     if not isinstance(t, str) or not 0 < len(t) <= 64:
         return "a message needs a short string field 't'"
+    if kinds is not None and t not in kinds:
+        return f"this peer may not send {t!r} messages"
     for key, value in msg.items():
         if not isinstance(key, str):
             return f"field names must be strings, not {type(key).__name__}"

@@ -21,10 +21,10 @@ import socket
 import struct
 import threading
 import time
-from typing import Any
+from typing import Any, cast
 
 from .. import contract as C
-from ..contract import Inbound, TLSPin
+from ..contract import Inbound, Role, TLSPin
 from . import protocol as P
 from .client import Stream
 from .tls import ServerIdentity, TLSStream, make_identity, server_context
@@ -37,10 +37,10 @@ MAX_PENDING = 256           # unauthenticated connections at once; more are clos
 DEFAULT_MAX_FRAME = (1 << 31) - 1
 
 class _Conn:
-    def __init__(self, sock: Stream, rank: int, role: str) -> None:
+    def __init__(self, sock: Stream, rank: int, role: Role) -> None:
         self.sock, self.rank, self.role = sock, rank, role
         self.lock = threading.Lock()
-        self.info: dict[str, Any] = {}  # the agent's own report: host, pid
+        self.info: C.AgentHelloMsg | None = None  # the agent's own report: host, pid
         self.exited = False             # the agent reported the rank's exit
         self.stopping = False           # the kernel told this agent to stop its rank
 
@@ -107,7 +107,7 @@ class ChannelServer:
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
         self._closed = False
-        self._stop: dict[str, Any] | None = None  # once the run is stopping, every agent gets this
+        self._stop: C.StopMsg | None = None  # once the run is stopping, every agent gets this
         family, sockaddr = _bind_address(host)
         self._listener = socket.socket(family, socket.SOCK_STREAM)
         self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -223,7 +223,7 @@ class ChannelServer:
             self.inbox.put(Inbound(conn.rank, conn.role, {"t": C.DISCONNECTED}))
             if conn.role == C.AGENT and not conn.exited and not closing:
                 # told to stop, then gone (Spark's cancel killed it first): stopped, not a failure
-                gone = {"t": C.STOPPED} if conn.stopping else self._lost_message(conn)
+                gone: C.StoppedMsg | C.LostMsg = {"t": C.STOPPED} if conn.stopping else self._lost_message(conn)
                 self.inbox.put(Inbound(conn.rank, C.BACKEND, gone))
             _close(conn.sock)
 
@@ -236,29 +236,36 @@ class ChannelServer:
                 return
             except Exception:
                 return
-            for msg in frame if isinstance(frame, list) else [frame]:
-                if P.check_message(msg) is not None:
-                    self._count("malformed")
-                    continue
-                msg["rank"] = conn.rank  # what a connection says about itself cannot name another rank
-                if conn.role == C.AGENT:
-                    if msg["t"] == C.AGENT_HELLO:
-                        conn.info = {"host": msg.get("host"), "pid": msg.get("pid")}
-                    elif msg["t"] == C.EXIT:
-                        conn.exited = True
-                self.inbox.put(Inbound(conn.rank, conn.role, msg))
+            for raw in frame if isinstance(frame, list) else [frame]:
+                msg = self._admit(conn, raw)
+                if msg is not None:
+                    self.inbox.put(Inbound(conn.rank, conn.role, msg))
+
+    def _admit(self, conn: _Conn, raw: Any) -> C.RankMessage | C.AgentMessage | None:
+        """``raw`` as the message it is, if its connection's role may send it and its fields have the right
+        types (None, counted, if not); stamped with the connection's rank."""
+        if P.check_message(raw, C.SENDS[conn.role]) is not None:
+            self._count("malformed")
+            return None
+        raw["rank"] = conn.rank  # what a connection says about itself cannot name another rank
+        msg = cast("C.RankMessage | C.AgentMessage", raw)
+        if msg["t"] == C.AGENT_HELLO:
+            conn.info = msg
+        elif msg["t"] == C.EXIT:
+            conn.exited = True
+        return msg
 
     # -- the supervisor's side ------------------------------------------------------------------
-    def send(self, rank: int, role: str, msg: dict[str, Any]) -> bool:
+    def send(self, rank: int, role: Role, msg: C.OutboundMessage) -> bool:
         """Send to one rank's connection; False if it is not (or no longer) connected."""
         with self._lock:
             conn = self._conns.get((rank, role))
         if conn is None:
             return False
-        if msg.get("t") == C.STOP:
+        if msg["t"] == C.STOP:
             conn.stopping = True
             with self._lock:
-                self._stop = self._stop or dict(msg)  # the supervisor stops every agent at once
+                self._stop = self._stop or msg.copy()  # the supervisor stops every agent at once
         try:
             with conn.lock:
                 P.send_frame(conn.sock, msg)
@@ -272,21 +279,21 @@ class ChannelServer:
 
         Ranks in ``spare`` already said how they ended and are exiting by themselves: killing them
         would only replace their own exit status with our SIGKILL."""
-        msg = {"t": C.STOP, "reason": reason}
+        msg: C.StopMsg = {"t": C.STOP, "reason": reason}
         with self._lock:
             self._stop = msg
             ranks = {r for (r, role) in self._conns if role == C.AGENT and r not in spare}
         return {r for r in ranks if self.send(r, C.AGENT, msg)}
 
-    def _lost_message(self, conn: _Conn) -> dict[str, Any]:
+    def _lost_message(self, conn: _Conn) -> C.LostMsg:
         """Why a rank is lost when its agent vanished without reporting the rank's exit."""
-        pid, host = conn.info.get("pid"), conn.info.get("host")
+        pid, host = (conn.info.get("pid"), conn.info.get("host")) if conn.info is not None else (None, None)
         where = f" (pid {pid} on {host or 'its host'})" if pid is not None else ""
         summary = (f"{self.watcher} running rank {conn.rank}{where} died before reporting how the rank ended: "
                    f"it was killed, ran out of memory, or its machine went away. {self.lost_hint}").strip()
         return {"t": C.LOST, "at": time.time(), "traceback": "", "summary": summary}
 
-    def connected(self, role: str) -> set[int]:
+    def connected(self, role: Role) -> set[int]:
         with self._lock:
             return {r for (r, ro) in self._conns if ro == role}
 

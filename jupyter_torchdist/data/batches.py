@@ -23,7 +23,7 @@ from .handles import DataFrameHandle
 if TYPE_CHECKING:
     from ..rank.runtime import RankRuntime
 
-__all__ = ["batches", "Batches", "cell_numbers"]
+__all__ = ["batches", "Batches", "RankData", "cell_numbers"]
 
 
 @dataclass(frozen=True)
@@ -76,12 +76,12 @@ def _sources(fn: Any) -> list[tuple[str, str]]:
 class _Epoch:
     seq: int
     feed: Any
-    cell: Any = None        # the (kept) cell it was opened in: its data job ends with that cell
+    cell: int | None = None  # the (kept) cell it was opened in: its data job ends with that cell
     steps: int = 0
-    reply: dict[str, Any] | None = None
+    reply: C.DataReply | None = None
 
 
-class _RankData:
+class RankData:
     """This rank's data plane: its listener (made on first use), its open epochs, this cell's numbers."""
 
     def __init__(self, runtime: RankRuntime) -> None:
@@ -97,28 +97,24 @@ class _RankData:
         self.first_at: float | None = None
         runtime.link.on_data(self._on_message)
 
-    def _on_message(self, msg: dict[str, Any] | None) -> None:
+    def _on_message(self, msg: C.DataReply | None) -> None:
+        """The kernel's answer to an epoch (None: the channel closed, which answers every open epoch)."""
         with self.cond:
-            epochs = list(self.epochs.values()) if msg is None else [e for e in [self.epochs.get(msg.get("seq", -1))]
-                                                                     if e is not None]
-            for epoch in epochs:
-                if msg is None:
-                    epoch.feed.fail("the kernel closed the channel")
-                elif msg.get("t") == C.DATA_ERROR:
-                    text = str(msg.get("summary", "the data could not be made"))
-                    tb = str(msg.get("traceback", ""))
-                    epoch.feed.fail(f"{text}\n{tb}".rstrip())
-                if epoch.reply is None:
-                    epoch.reply = msg or {"t": C.DATA_ERROR, "summary": "the kernel closed the channel"}
+            if msg is None:
+                for epoch in self.epochs.values():
+                    _answer(epoch, {"t": C.DATA_ERROR, "seq": epoch.seq, "summary": "the kernel closed the channel",
+                                    "traceback": ""})
+            elif (asked := self.epochs.get(msg["seq"])) is not None:
+                _answer(asked, msg)
             self.cond.notify_all()
 
     def current(self, epoch: _Epoch) -> bool:
         """Whether ``epoch`` can still be read: opened in this cell (a kept cell's data jobs end with it)."""
-        return epoch.cell == self.runtime.extras.get("cell")
+        return epoch.cell == self.runtime.cell
 
     def _new_cell(self) -> None:
         """Under the lock: a new kept cell counts its epochs and numbers afresh; the last cell's are over."""
-        cell = self.runtime.extras.get("cell")
+        cell = self.runtime.cell
         if cell != self.cell:
             for stale in self.epochs.values():
                 self.receiver.close_feed(stale.feed)
@@ -131,11 +127,12 @@ class _RankData:
             self.seq += 1
             epoch = _Epoch(self.seq, self.receiver.open_feed(args.prefetch), self.cell)
             self.epochs[epoch.seq] = epoch
-        msg = {"t": C.DATA_OPEN, "seq": epoch.seq, "feed": epoch.feed.token, "handle": handle.id,
-               "args": args.__dict__, "transform": dumps(transform) if transform is not None else None,
-               "transform_name": getattr(transform, "__qualname__", repr(transform))[:200],
-               "sources": _sources(transform), "address": self.receiver.listener.address,
-               "pin": self.receiver.listener.pin}
+        msg: C.DataOpenMsg = {
+            "t": C.DATA_OPEN, "seq": epoch.seq, "feed": epoch.feed.token, "handle": handle.id, "args": args.__dict__,
+            "transform": dumps(transform) if transform is not None else None,
+            "transform_name": getattr(transform, "__qualname__", repr(transform))[:200],
+            "sources": _sources(transform), "address": self.receiver.listener.address,
+            "pin": self.receiver.listener.pin}
         self.runtime.client.post(msg, urgent=True)
         try:
             with self.cond:
@@ -143,11 +140,12 @@ class _RankData:
         except BaseException:  # interrupted while waiting for the plan: the kernel stops what it started
             self.close(epoch, early=True)
             raise
-        reply = epoch.reply or {}
-        if reply.get("t") != C.DATA_PLAN:
+        reply = epoch.reply
+        if reply is None or reply["t"] == C.DATA_ERROR:
             self.close(epoch, early=False, tell=False)
-            raise DataError(f"{reply.get('summary', 'batches() failed')}\n{reply.get('traceback', '')}".rstrip())
-        epoch.steps = int(reply["steps"])
+            why = f"{reply['summary']}\n{reply['traceback']}" if reply is not None else "batches() failed"
+            raise DataError(why.rstrip())
+        epoch.steps = reply["steps"]
         return epoch
 
     def take(self, epoch: _Epoch) -> dict[str, Any]:
@@ -171,7 +169,15 @@ class _RankData:
 _lock = threading.Lock()
 
 
-def _data() -> _RankData:
+def _answer(epoch: _Epoch, msg: C.DataReply) -> None:
+    """Under the lock: the first answer stands; an error also fails the epoch's feed (a reader waiting wakes)."""
+    if msg["t"] == C.DATA_ERROR:
+        epoch.feed.fail(f"{msg['summary']}\n{msg['traceback']}".rstrip())
+    if epoch.reply is None:
+        epoch.reply = msg
+
+
+def _data() -> RankData:
     from ..rank.runtime import current  # only on a rank: the kernel imports this module for the API alone
 
     runtime = current()
@@ -179,10 +185,9 @@ def _data() -> _RankData:
         raise DataError("batches() runs on the ranks of a %%distribute cell (or jt.run): outside a run there is no "
                         "data job to feed it")
     with _lock:
-        data = runtime.extras.get("data")
-        if data is None:
-            data = runtime.extras["data"] = _RankData(runtime)
-    return data
+        if not isinstance(runtime.data, RankData):
+            runtime.data = RankData(runtime)
+        return runtime.data
 
 
 def cell_numbers() -> tuple[float, float, int] | None:
@@ -190,8 +195,8 @@ def cell_numbers() -> tuple[float, float, int] | None:
     from ..rank.runtime import current
 
     runtime = current()
-    data = runtime.extras.get("data") if runtime is not None else None
-    if data is None or data.first_at is None or data.cell != runtime.extras.get("cell"):  # type: ignore[union-attr]
+    data = runtime.data if runtime is not None else None
+    if runtime is None or not isinstance(data, RankData) or data.first_at is None or data.cell != runtime.cell:
         return None
     return data.wait_s, time.monotonic() - data.first_at, int(data.rows)
 
@@ -220,7 +225,7 @@ class Batches:
         return f"batches({self._df!r}, batch_size={self._args.batch_size}, epoch={self._args.epoch})"
 
 
-def _iterate(data: _RankData, epoch: _Epoch) -> Iterator[dict[str, Any]]:
+def _iterate(data: RankData, epoch: _Epoch) -> Iterator[dict[str, Any]]:
     from .convert import to_torch
 
     early = True

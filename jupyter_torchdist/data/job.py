@@ -134,7 +134,7 @@ class DataJob:
             self._running[lane] = self._running.get(lane, 0) + running
             self._rows += rows
             active = sum(1 for left in self._left.values() if left)
-            msg = {"t": C.DATA_STATUS, "workers": self._lanes, "active": active,
+            msg: C.DataStatusMsg = {"t": C.DATA_STATUS, "workers": self._lanes, "active": active,
                    "running": sum(1 for n in self._running.values() if n), "rows": self._rows}
         self.inbox.put(Inbound(-1, C.BACKEND, msg))
 

@@ -81,7 +81,7 @@ class DataService:
         with self._lock:
             epoch = self._epochs.setdefault(seq, _Epoch(seq))
             if t == C.DATA_OPEN:
-                epoch.opens[ev.rank] = ev.msg
+                epoch.opens[ev.rank] = dict(ev.msg)
                 ready = len(epoch.opens) == self.world and epoch.job is None and not self._closed
             else:
                 epoch.done.add(ev.rank)

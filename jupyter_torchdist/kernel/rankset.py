@@ -87,8 +87,8 @@ class RankSet:
         if self.cells == 0:
             self.launcher.start(self._plan(payload, filename, source, options), self.inbox)
             return
-        msg = {"t": C.CELL, "cell": self.cells + 1, "payload": payload, "filename": filename, "source": source,
-               "all_ranks": options.all_ranks, "max_value_bytes": options.max_value_bytes}
+        msg: C.CellMsg = {"t": C.CELL, "cell": self.cells + 1, "payload": payload, "filename": filename,
+                          "source": source, "all_ranks": options.all_ranks, "max_value_bytes": options.max_value_bytes}
         for rank in range(self.options.n):
             self.server.send(rank, C.RANK, msg)
 

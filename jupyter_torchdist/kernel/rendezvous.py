@@ -12,8 +12,9 @@ from .. import contract as C
 __all__ = ["plan_rendezvous"]
 
 
-def plan_rendezvous(hellos: dict[int, dict[str, Any]], world_size: int) -> dict[int, dict[str, Any]]:
-    """One rendezvous message per rank, once every rank has said hello."""
+def plan_rendezvous(hellos: dict[int, dict[str, Any]], world_size: int) -> dict[int, C.RendezvousMsg]:
+    """One rendezvous message per rank, once every rank has said hello (``hellos``: each rank's host, ip and,
+    for rank 0, store_port)."""
     if sorted(hellos) != list(range(world_size)):
         raise ValueError(f"need a hello from every rank, have {sorted(hellos)}")
     master = hellos[0]
@@ -23,7 +24,7 @@ def plan_rendezvous(hellos: dict[int, dict[str, Any]], world_size: int) -> dict[
     for rank in range(world_size):
         key = f"{hellos[rank].get('host')}|{hellos[rank].get('ip')}"
         hosts.setdefault(key, []).append(rank)
-    out: dict[int, dict[str, Any]] = {}
+    out: dict[int, C.RendezvousMsg] = {}
     for group_rank, ranks in enumerate(hosts.values()):
         for local_rank, rank in enumerate(ranks):
             out[rank] = {

@@ -1,19 +1,20 @@
 """The run state as the one snapshot every view draws (``views.schema``): pure, no I/O."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Final
 
 from ..errors import root_cause
 from ..views.schema import SCHEMA_VERSION, RankSnapshot, RunErrorSnapshot, RunSnapshot
+from .lifecycle import RunLifecycle
+from .rank_state import RankState
 from .usage import data_snapshot, usage_snapshot
 
-if TYPE_CHECKING:
-    from .state import RankState, RunState
+__all__ = ["run_snapshot", "LOG_TAIL"]
 
-__all__ = ["run_snapshot"]
+LOG_TAIL: Final = 200          # lines per rank in a snapshot
 
 
-def run_snapshot(state: RunState, log_tail: int) -> RunSnapshot:
+def run_snapshot(state: RunLifecycle, log_tail: int = LOG_TAIL) -> RunSnapshot:
     end = state.ended_at if state.ended_at is not None else state.now
     return {
         "version": SCHEMA_VERSION, "title": state.title, "status": state.status, "headline": state.headline,
@@ -25,7 +26,7 @@ def run_snapshot(state: RunState, log_tail: int) -> RunSnapshot:
     }
 
 
-def _error_snapshot(state: RunState) -> RunErrorSnapshot | None:
+def _error_snapshot(state: RunLifecycle) -> RunErrorSnapshot | None:
     if not state.failures:
         return None
     r = root_cause(state.failures)

@@ -97,7 +97,7 @@ class Supervisor:
 
     def _take_value(self, ev: Inbound) -> None:
         try:
-            self.values[ev.rank] = cloudpickle.loads(ev.msg["value"])
+            self.values[ev.rank] = cloudpickle.loads(ev.msg.get("value"))
         except Exception as exc:
             self.state.reject_value(ev.rank, f"the value came back but could not be unpickled in the kernel: "
                                              f"{type(exc).__name__}: {exc}", time.time())

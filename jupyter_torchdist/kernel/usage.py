@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final
 
+from ..contract import DataStatusMsg, UsageMsg
 from ..views.schema import DataSnapshot, UsageSnapshot
 
 __all__ = ["RankUsage", "DataStats", "fold_usage", "fold_data_status", "data_over", "input_notice", "INPUT_BOUND",
@@ -17,10 +18,16 @@ INPUT_MIN_S: Final = 2.0      # ... judged only after this long reading data (th
 RATE_WINDOW_S: Final = 0.5    # rows/s is measured over at least this long
 
 
-def _num(value: Any) -> float | None:
+def _num(value: float | None) -> float | None:
+    """A finite number, or None (the channel checked only the fields it knows; a test may send anything)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         return None
     return float(value)
+
+
+def _int(value: int | None) -> int | None:
+    number = _num(value)
+    return None if number is None else int(number)
 
 
 @dataclass
@@ -42,19 +49,20 @@ class RankUsage:
         return max(0.0, min(1.0, self.wait_s / self.data_s))
 
 
-def fold_usage(u: RankUsage, msg: dict[str, Any], at: float) -> None:
-    """One reading from the rank (``contract.UsageMsg``); absent fields keep their last value."""
-    for key in ("cpu_pct", "gpu_util"):
-        if key in msg:
-            setattr(u, key, _num(msg.get(key)))
-    for key in ("rss", "gpu_mem"):
-        value = _num(msg.get(key))
-        if key in msg:
-            setattr(u, key, None if value is None else int(value))
-    wait, span, rows = _num(msg.get("wait_s")), _num(msg.get("data_s")), _num(msg.get("rows"))
+def fold_usage(u: RankUsage, msg: UsageMsg, at: float) -> None:
+    """One reading from the rank; absent fields keep their last value."""
+    if "cpu_pct" in msg:
+        u.cpu_pct = _num(msg["cpu_pct"])
+    if "gpu_util" in msg:
+        u.gpu_util = _num(msg["gpu_util"])
+    if "rss" in msg:
+        u.rss = _int(msg["rss"])
+    if "gpu_mem" in msg:
+        u.gpu_mem = _int(msg["gpu_mem"])
+    wait, span, rows = _num(msg.get("wait_s")), _num(msg.get("data_s")), _int(msg.get("rows"))
     if wait is None or span is None or rows is None:
         return
-    u.wait_s, u.data_s, u.rows = wait, span, int(rows)
+    u.wait_s, u.data_s, u.rows = wait, span, rows
     when = _num(msg.get("at")) or at
     if u.rows_mark is None or u.rows < u.rows_mark[1]:
         u.rows_mark = (when, u.rows)
@@ -77,11 +85,16 @@ def data_over(d: DataStats) -> None:
     d.active = d.running = 0
 
 
-def fold_data_status(d: DataStats, msg: dict[str, Any]) -> None:
-    for key, attr in (("workers", "workers"), ("active", "active"), ("running", "running"), ("rows", "rows_sent")):
-        value = _num(msg.get(key))
-        if value is not None:
-            setattr(d, attr, int(value))
+def fold_data_status(d: DataStats, msg: DataStatusMsg) -> None:
+    """The data workers' latest numbers (a field that is not a number keeps its last value)."""
+    d.workers = _or(_int(msg.get("workers")), d.workers)
+    d.active = _or(_int(msg.get("active")), d.active)
+    d.running = _or(_int(msg.get("running")), d.running)
+    d.rows_sent = _or(_int(msg.get("rows")), d.rows_sent)
+
+
+def _or(value: int | None, last: int) -> int:
+    return last if value is None else value
 
 
 def input_notice(usages: list[RankUsage], workers: int) -> str | None:

@@ -10,7 +10,7 @@ import select
 import signal
 import socket
 import time
-from typing import Any
+from typing import Any, cast
 
 from .. import contract as C
 from ..channel import protocol as P
@@ -34,15 +34,25 @@ def _wait(proc: Any, sock: Stream) -> bool:
             return stopped
         if sock in ready:
             try:
-                msg = P.recv_frame(sock, 1 << 16)
+                frame = P.recv_frame(sock, 1 << 16)
             except (EOFError, OSError, P.ProtocolError):
-                msg = {"t": C.STOP}  # the kernel is gone: nobody will collect this rank's work
+                frame = {"t": C.STOP, "reason": "the kernel is gone"}  # nobody will collect this rank's work
                 watch.remove(sock)
-            if isinstance(msg, dict) and msg.get("t") == C.STOP:
-                stopped = True
-                proc.kill_group()
-            elif isinstance(msg, dict) and msg.get("t") == C.INTERRUPT and proc.poll() is None:
-                os.kill(proc.pid, signal.SIGINT)  # kept ranks: KeyboardInterrupt in the cell's own code
+            if isinstance(frame, dict):  # from the kernel: the handshake proved it holds the run's secret
+                stopped = _obey(proc, cast("C.ToAgent", frame)) or stopped
+
+
+def _obey(proc: Any, msg: C.ToAgent) -> bool:
+    """Carry out the kernel's word to this agent; True if it said stop (the rank is killed)."""
+    if msg["t"] == C.STOP:
+        proc.kill_group()
+        return True
+    if msg["t"] == C.INTERRUPT:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGINT)  # kept ranks: KeyboardInterrupt in the cell's own code
+    else:
+        C.unhandled(msg)
+    return False
 
 
 def preload() -> None:
@@ -63,7 +73,7 @@ def preload() -> None:
             pass
 
 
-def run_agent(plan: RunPlan, rank: int, gpu_address: str | None = None) -> dict[str, Any]:
+def run_agent(plan: RunPlan, rank: int, gpu_address: str | None = None) -> C.ExitMsg:
     """Run rank ``rank`` in a forked child and report its end. Returns how it ended."""
     preload()
     proc = fork_rank(lambda: rank_main(plan, rank, gpu_address))
@@ -75,11 +85,13 @@ def run_agent(plan: RunPlan, rank: int, gpu_address: str | None = None) -> dict[
         proc.close()
         raise
     try:
-        P.send_frame(sock, {"t": C.AGENT_HELLO, "host": socket.gethostname(), "pid": os.getpid(), "child": proc.pid})
+        hello: C.AgentHelloMsg = {"t": C.AGENT_HELLO, "host": socket.gethostname(), "pid": os.getpid(),
+                                  "child": proc.pid}
+        P.send_frame(sock, hello)
         stopped = _wait(proc, sock)
         proc.kill_group()  # whatever the rank left running (its process group) goes with it
         code, sig = describe_status(proc.wait())
-        end = {"t": C.EXIT, "code": code, "signal": sig, "stopped": stopped, "at": time.time()}
+        end: C.ExitMsg = {"t": C.EXIT, "code": code, "signal": sig, "stopped": stopped, "at": time.time()}
         try:
             P.send_frame(sock, end)
         except OSError:

@@ -21,7 +21,7 @@ DEVICE_ENV = "JUPYTER_TORCHDIST_DEVICE"
 
 class _Sink:
     """Set by the rank runtime for the duration of a run; None otherwise."""
-    post: Callable[[dict[str, Any]], None] | None = None
+    post: Callable[[C.ProgressMsg], None] | None = None
 
 
 _sink = _Sink()

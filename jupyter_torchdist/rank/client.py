@@ -37,7 +37,7 @@ def _plain(value: Any) -> Any:
     return str(value)[:80]
 
 
-def _thin(queued: list[dict[str, Any]], keep: int) -> list[dict[str, Any]]:
+def _thin(queued: list[C.ProgressMsg], keep: int) -> list[C.ProgressMsg]:
     """At most ``keep`` progress points, evenly spread and always the latest."""
     if len(queued) <= keep:
         return queued
@@ -58,10 +58,10 @@ class RankClient:
         self.dropped_log_lines = 0
         self.dropped_log_bytes = 0
         self._told_dropped = (0, 0)
-        self._progress: collections.deque[dict[str, Any]] = collections.deque(maxlen=PROGRESS_QUEUE)
-        self._logs: collections.deque[dict[str, Any]] = collections.deque()
-        self._finals: list[dict[str, Any]] = []   # a cell's outcome: always last in its batch
-        self._usage: dict[str, Any] | None = None  # the latest usage reading: a newer one replaces it
+        self._progress: collections.deque[C.ProgressMsg] = collections.deque(maxlen=PROGRESS_QUEUE)
+        self._logs: collections.deque[C.RankMessage] = collections.deque()  # logs, and what must arrive in order
+        self._finals: list[C.FinalMessage] = []   # a cell's outcome: always last in its batch
+        self._usage: C.UsageMsg | None = None     # the latest usage reading: a newer one replaces it
         self._log_bytes = 0
         self._cond = threading.Condition()
         self._queued = 0   # messages ever put in _logs (a position, for send_final's wait)
@@ -72,7 +72,7 @@ class RankClient:
         self._thread = threading.Thread(target=self._run, name="jtd-sender", daemon=True)
         self._thread.start()
 
-    def post_progress(self, msg: dict[str, Any]) -> None:
+    def post_progress(self, msg: C.ProgressMsg) -> None:
         """Queue a progress point; if the queue is full the oldest one is dropped."""
         with self._cond:
             if len(self._progress) == PROGRESS_QUEUE:
@@ -80,13 +80,13 @@ class RankClient:
             self._progress.append(msg)
             self._cond.notify()
 
-    def post_usage(self, msg: dict[str, Any]) -> None:
+    def post_usage(self, msg: C.UsageMsg) -> None:
         """Leave the latest usage reading to go with the next batch (an unsent older one is replaced)."""
         with self._cond:
             self._usage = msg
             self._cond.notify()
 
-    def post(self, msg: dict[str, Any], *, urgent: bool = False) -> None:
+    def post(self, msg: C.RankMessage, *, urgent: bool = False) -> None:
         """Queue a message that must arrive (a state change), in order with the logs; ``urgent`` skips the
         sender's rate limit (a request the rank waits on)."""
         with self._cond:
@@ -95,7 +95,7 @@ class RankClient:
             self._urgent = self._urgent or urgent
             self._cond.notify()
 
-    def post_log(self, stream: str, text: str, at: float) -> None:
+    def post_log(self, stream: C.Stream, text: str, at: float) -> None:
         """Queue a log line; past the byte budget lines are counted (and the kernel told), not kept."""
         with self._cond:
             if self._log_bytes + len(text) > LOG_BUDGET_BYTES:
@@ -108,7 +108,7 @@ class RankClient:
             self._queued += 1
             self._cond.notify()
 
-    def _dropped_notice(self) -> list[dict[str, Any]]:
+    def _dropped_notice(self) -> list[C.DroppedMsg]:
         """One DROPPED message when the counts changed since the last one (under the lock)."""
         now = (self.dropped_log_lines, self.dropped_progress)
         if now == self._told_dropped:
@@ -117,7 +117,7 @@ class RankClient:
         return [{"t": C.DROPPED, "log_lines": self.dropped_log_lines, "log_bytes": self.dropped_log_bytes,
                  "progress": self.dropped_progress}]
 
-    def _take(self, not_before: float) -> tuple[list[dict[str, Any]], int] | None:
+    def _take(self, not_before: float) -> tuple[list[C.RankMessage], int] | None:
         with self._cond:
             while not self._closing:
                 left = not_before - time.monotonic()
@@ -126,9 +126,9 @@ class RankClient:
                 self._cond.wait(left if left > 0 else None)  # a rate limit, cut short by send_final
             if not (self._progress or self._logs or self._finals or self._usage):
                 return None
-            usage = [self._usage] if self._usage is not None else []
-            batch = (list(self._logs) + self._dropped_notice() + _thin(list(self._progress), PROGRESS_PER_BATCH)
-                     + usage + self._finals)
+            usage: list[C.RankMessage] = [self._usage] if self._usage is not None else []
+            batch: list[C.RankMessage] = [*self._logs, *self._dropped_notice(),
+                                          *_thin(list(self._progress), PROGRESS_PER_BATCH), *usage, *self._finals]
             self._usage = None
             self._logs.clear()
             self._progress.clear()
@@ -145,7 +145,7 @@ class RankClient:
             if not self._broken:
                 try:
                     for msg in batch:
-                        if msg.get("t") == C.PROGRESS and msg.get("metrics"):
+                        if msg["t"] == C.PROGRESS and msg["metrics"]:
                             msg["metrics"] = {str(k): _plain(v) for k, v in msg["metrics"].items()}
                     P.send_frame(self.sock, batch)
                 except Exception:
@@ -154,7 +154,7 @@ class RankClient:
                 self._sent = upto
                 self._cond.notify_all()
 
-    def send_final(self, final: list[dict[str, Any]], timeout: float | None = None) -> bool:
+    def send_final(self, final: list[C.FinalMessage], timeout: float | None = None) -> bool:
         """Send ``final`` after everything queued before it; True once written, False if the kernel is gone."""
         with self._cond:
             self._finals.extend(final)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime
 import os
 import socket
-from typing import Any
+from typing import Any, cast
 
 from .. import contract as C
 from ..channel import protocol as P
@@ -33,26 +33,27 @@ def _open_store(plan: RunPlan, bind_ip: str) -> tuple[int, Any]:
     return port, store
 
 
-def rendezvous(sock: Any, plan: RunPlan, rank: int) -> tuple[dict[str, Any], Any]:
+def rendezvous(sock: Any, plan: RunPlan, rank: int) -> tuple[C.RendezvousMsg, Any]:
     """Tell the kernel who we are (rank 0: where its store listens) and learn the rendezvous."""
     import torch.distributed as dist
 
     bind_ip = "127.0.0.1" if plan.loopback else sock.getsockname()[0]
     store = None
-    hello: dict[str, Any] = {"t": C.HELLO, "host": socket.gethostname(), "ip": bind_ip, "pid": os.getpid()}
+    hello: C.HelloMsg = {"t": C.HELLO, "host": socket.gethostname(), "ip": bind_ip, "pid": os.getpid()}
     if rank == 0:
         hello["store_port"], store = _open_store(plan, bind_ip)
     P.send_frame(sock, hello)
-    rdv = P.recv_frame(sock, 1 << 20)
-    if not isinstance(rdv, dict) or rdv.get("t") != C.RENDEZVOUS:
-        raise RuntimeError(f"rank {rank}: the kernel ended the run before it started ({rdv!r})")
+    frame = P.recv_frame(sock, 1 << 20)
+    if not isinstance(frame, dict) or frame.get("t") != C.RENDEZVOUS:
+        raise RuntimeError(f"rank {rank}: the kernel ended the run before it started ({frame!r})")
+    rdv = cast("C.RendezvousMsg", frame)
     if store is None:
         store = dist.TCPStore(rdv["master_addr"], rdv["master_port"],  # type: ignore[attr-defined]
                               plan.world_size, False, timeout=datetime.timedelta(seconds=plan.pg_timeout_s))
     return rdv, store
 
 
-def set_env(plan: RunPlan, rank: int, rdv: dict[str, Any], gpu_address: str | None) -> str:
+def set_env(plan: RunPlan, rank: int, rdv: C.RendezvousMsg, gpu_address: str | None) -> str:
     """The environment torchrun would give (frameworks read it); returns this rank's device name."""
     env = {
         "RANK": rank, "WORLD_SIZE": plan.world_size, "LOCAL_RANK": rdv["local_rank"],

@@ -11,6 +11,7 @@ Python code only; between cells it is ignored, so a late one cannot kill the loo
 from __future__ import annotations
 
 import signal
+from collections.abc import Callable
 from typing import Any
 
 from .. import contract as C
@@ -35,13 +36,14 @@ class _Interruptible:
             raise KeyboardInterrupt
 
 
-def serve_cells(first: dict[str, Any], link: KernelLink, client: RankClient, rank: int, run_cell: Any) -> int:
+def serve_cells(first: C.CellMsg, link: KernelLink, client: RankClient, rank: int,
+                run_cell: Callable[[C.CellMsg, Namespace, _Interruptible], C.FinalMessage]) -> int:
     """Run ``first``, then every cell the kernel sends, until it closes the channel. Returns the exit code.
 
     ``run_cell(cell_msg, namespace, guard)`` runs one cell and returns its final message.
     """
     ns, guard = Namespace(), _Interruptible()
-    cell: dict[str, Any] | None = first
+    cell: C.CellMsg | None = first
     while cell is not None:
         final = run_cell(cell, ns, guard)
         final["cell"] = cell["cell"]
@@ -49,5 +51,5 @@ def serve_cells(first: dict[str, Any], link: KernelLink, client: RankClient, ran
             final["names"] = sorted(ns.own_names())
         client.send_final([final])
         register_source(cell["filename"], cell["source"])  # keep tracebacks of earlier cells readable
-        cell = link.next_main(C.CELL)
+        cell = link.next_cell()
     return 0

@@ -2,15 +2,15 @@
 
 Between cells the kernel sends RELEASE (one-shot ranks may exit) and CELL (kept ranks run it); during a
 cell it answers ``batches()`` (DATA_PLAN, DATA_ERROR). One thread reads the socket and routes: data
-messages to the handler the data API installed, the rest to the main loop. ``None`` from ``next_main``
-means the kernel closed the channel.
+messages to the handler the data API installed, the rest to the main loop (``next_cell``,
+``wait_release``), which learns from ``None`` that the kernel closed the channel.
 """
 from __future__ import annotations
 
 import queue
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from .. import contract as C
 from ..channel import protocol as P
@@ -23,13 +23,13 @@ MAX_FRAME = 1 << 31  # a kept cell's payload can be large
 class KernelLink:
     def __init__(self, sock: Any) -> None:
         self._sock = sock
-        self._main: queue.SimpleQueue[dict[str, Any] | None] = queue.SimpleQueue()
-        self._data: Callable[[dict[str, Any] | None], None] | None = None
+        self._main: queue.SimpleQueue[C.ToRank | None] = queue.SimpleQueue()
+        self._data: Callable[[C.DataReply | None], None] | None = None
         self._lock = threading.Lock()
         self.closed = False
         threading.Thread(target=self._run, name="jtd-link", daemon=True).start()
 
-    def on_data(self, handler: Callable[[dict[str, Any] | None], None]) -> None:
+    def on_data(self, handler: Callable[[C.DataReply | None], None]) -> None:
         """Route DATA_PLAN and DATA_ERROR to ``handler`` (called on the link's thread; None: channel closed)."""
         with self._lock:
             self._data = handler
@@ -40,12 +40,13 @@ class KernelLink:
     def _run(self) -> None:
         while True:
             try:
-                msg = P.recv_frame(self._sock, MAX_FRAME)
+                frame = P.recv_frame(self._sock, MAX_FRAME)
             except Exception:
                 break
-            if not isinstance(msg, dict):
+            if not isinstance(frame, dict):
                 continue
-            if msg.get("t") in (C.DATA_PLAN, C.DATA_ERROR):
+            msg = cast("C.ToRank", frame)  # from the kernel: the handshake proved it holds the run's secret
+            if msg["t"] == C.DATA_PLAN or msg["t"] == C.DATA_ERROR:
                 with self._lock:
                     handler = self._data
                 if handler is not None:
@@ -58,12 +59,22 @@ class KernelLink:
             handler(None)
         self._main.put(None)
 
-    def next_main(self, *kinds: str) -> dict[str, Any] | None:
-        """The next message of one of ``kinds`` for the main loop (others are skipped); None once closed."""
-        while True:
-            msg = self._main.get()
-            if msg is None:
-                self._main.put(None)  # every later caller learns it too
-                return None
-            if msg.get("t") in kinds:
+    def _next_main(self) -> C.ToRank | None:
+        msg = self._main.get()
+        if msg is None:
+            self._main.put(None)  # every later caller learns it too
+        return msg
+
+    def next_cell(self) -> C.CellMsg | None:
+        """Kept ranks: the next cell to run (other messages are skipped); None once the channel is closed."""
+        while (msg := self._next_main()) is not None:
+            if msg["t"] == C.CELL:
                 return msg
+        return None
+
+    def wait_release(self) -> bool:
+        """Wait until the kernel says every rank has ended its cell (True) or closes the channel (False)."""
+        while (msg := self._next_main()) is not None:
+            if msg["t"] == C.RELEASE:
+                return True
+        return False

@@ -58,7 +58,7 @@ class _Reporting:
         rank_api._sink.post = None
         runtime = current()
         if runtime is not None:
-            runtime.extras["usage"].sample()  # the cell's last numbers go with its outcome
+            runtime.usage.sample()  # the cell's last numbers go with its outcome
 
 
 def _call_kept(payload: bytes, ns: Namespace, guard: Any) -> tuple[str, Any]:
@@ -78,8 +78,8 @@ def _call_kept(payload: bytes, ns: Namespace, guard: Any) -> tuple[str, Any]:
         return "error", exc
 
 
-def _run_kept_cell(cell: dict[str, Any], ns: Namespace, guard: Any, *, client: RankClient,
-                   rank: int) -> dict[str, Any]:
+def _run_kept_cell(cell: C.CellMsg, ns: Namespace, guard: Any, *, client: RankClient,
+                   rank: int) -> C.FinalMessage:
     register_source(cell["filename"], cell["source"])
     _begin_cell(cell["cell"])
     reporting = _Reporting(client)
@@ -96,10 +96,10 @@ def _begin_cell(cell: int) -> None:
     """Per-cell numbers (batches() epochs, time waiting for data) start again with each cell."""
     runtime = current()
     if runtime is not None:
-        runtime.extras["cell"] = cell
+        runtime.cell = cell
 
 
-def _one_shot(plan: RunPlan, rank: int, store: Any, device: str, client: RankClient) -> dict[str, Any]:
+def _one_shot(plan: RunPlan, rank: int, store: Any, device: str, client: RankClient) -> C.FinalMessage:
     reporting = _Reporting(client)
     outcome: tuple[str, Any]
     try:
@@ -121,10 +121,11 @@ def _kept(plan: RunPlan, rank: int, store: Any, device: str, link: KernelLink, c
         init_group(plan, rank, store, device)
     except BaseException as exc:
         final = final_message("error", exc, filename=plan.filename, send_value=False, max_bytes=0)
-        client.send_final([{**final, "cell": 1}])
+        final["cell"] = 1
+        client.send_final([final])
         return 1
-    first = {"cell": 1, "payload": plan.payload, "filename": plan.filename, "source": plan.source,
-             "all_ranks": plan.all_ranks, "max_value_bytes": plan.max_value_bytes}
+    first: C.CellMsg = {"t": C.CELL, "cell": 1, "payload": plan.payload, "filename": plan.filename,
+                        "source": plan.source, "all_ranks": plan.all_ranks, "max_value_bytes": plan.max_value_bytes}
     return serve_cells(first, link, client, rank, functools.partial(_run_kept_cell, client=client, rank=rank))
 
 
@@ -140,8 +141,7 @@ def rank_main(plan: RunPlan, rank: int, gpu_address: str | None = None) -> int:
     client = RankClient(sock)
     link = KernelLink(sock)
     bind_ip = "127.0.0.1" if plan.loopback else sock.getsockname()[0]
-    install(RankRuntime(plan, rank, client, link, bind_ip, {"cell": 1,
-                                                           "usage": UsageSampler(client.post_usage, gpu=plan.gpu)}))
+    install(RankRuntime(plan, rank, client, link, bind_ip, UsageSampler(client.post_usage, gpu=plan.gpu)))
     install_tqdm(rank_api.report)
     if plan.keep:
         return _kept(plan, rank, store, device, link, client)
@@ -151,7 +151,7 @@ def rank_main(plan: RunPlan, rank: int, gpu_address: str | None = None) -> int:
     # its end of every gloo connection with it, and rank 0 the TCPStore: a peer still forming the group, or
     # still reading a collective's last bytes, then fails with "Connection reset by peer" (seen with 64
     # ranks on one host and a cell that is just ``1``).
-    link.next_main(C.RELEASE)
+    link.wait_release()
     # No destroy_process_group: the process ends with os._exit right after this (forking.fork_rank), which
     # frees the group without the GIL deadlock a Python-side destroy can hit, and 10-20 ms sooner.
     return 0 if final["t"] == C.RESULT else 1

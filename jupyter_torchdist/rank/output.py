@@ -13,13 +13,15 @@ import threading
 import time
 from typing import Callable
 
+from ..contract import Stream
+
 __all__ = ["FdCapture"]
 
 MAX_LINE = 10_000
 
 
 class _Stream:
-    def __init__(self, fd: int, name: str, sink: Callable[[str, str, float], None]) -> None:
+    def __init__(self, fd: int, name: Stream, sink: Callable[[Stream, str, float], None]) -> None:
         self.fd, self.name, self.sink = fd, name, sink
         self.saved = os.dup(fd)
         read_end, write_end = os.pipe()
@@ -59,7 +61,7 @@ class _Stream:
 class FdCapture:
     """Redirect fds 1 and 2 into ``sink`` until ``close``."""
 
-    def __init__(self, sink: Callable[[str, str, float], None]) -> None:
+    def __init__(self, sink: Callable[[Stream, str, float], None]) -> None:
         sys.stdout.flush()
         sys.stderr.flush()
         self._streams = [_Stream(1, "stdout", sink), _Stream(2, "stderr", sink)]

@@ -6,12 +6,13 @@ without us), where APIs that need the kernel say so instead of failing obscurely
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ..contract import RunPlan
     from .client import RankClient
     from .link import KernelLink
+    from .usage import UsageSampler
 
 __all__ = ["RankRuntime", "current", "install"]
 
@@ -22,8 +23,11 @@ class RankRuntime:
     rank: int
     client: RankClient
     link: KernelLink
-    bind_ip: str           # the address this rank's own listeners use (one address, never every interface)
-    extras: dict[str, Any]  # per-rank state other modules hang here (the data receiver, this cell's numbers)
+    bind_ip: str                  # the address this rank's own listeners use (one address, never every interface)
+    usage: UsageSampler           # samples CPU, memory, GPU and input wait; main takes a last reading per cell
+    cell: int = 1                 # the cell running now (kept ranks count them; per-cell numbers restart with it)
+    data: object = None           # batches(): this rank's data plane (data.batches.RankData), made on first use;
+    # typed there: the rank layer does not import the data layer above it
 
 
 _current: RankRuntime | None = None

@@ -11,7 +11,7 @@ import os
 import sys
 import threading
 import time
-from typing import Any, Callable, Final
+from typing import Callable, Final
 
 from .. import contract as C
 
@@ -48,11 +48,11 @@ def _data() -> tuple[float, float, int] | None:
     return batches.cell_numbers() if batches is not None else None
 
 
-def read_usage(last: tuple[float, float] | None, gpu: bool) -> tuple[dict[str, Any], tuple[float, float]]:
+def read_usage(last: tuple[float, float] | None, gpu: bool) -> tuple[C.UsageMsg, tuple[float, float]]:
     """One reading, and the (wall, cpu) mark the next one measures CPU use from."""
     t = os.times()
     now, cpu = time.monotonic(), t.user + t.system
-    msg: dict[str, Any] = {"t": C.USAGE, "at": time.time(), "rss": _rss()}
+    msg: C.UsageMsg = {"t": C.USAGE, "at": time.time(), "rss": _rss()}
     if last is not None and now > last[0]:
         msg["cpu_pct"] = round(100.0 * (cpu - last[1]) / (now - last[0]), 1)
     if gpu:
@@ -66,7 +66,7 @@ def read_usage(last: tuple[float, float] | None, gpu: bool) -> tuple[dict[str, A
 class UsageSampler:
     """Samples every ``INTERVAL_S`` and hands each reading to ``post`` (which keeps only the latest)."""
 
-    def __init__(self, post: Callable[[dict[str, Any]], None], *, gpu: bool) -> None:
+    def __init__(self, post: Callable[[C.UsageMsg], None], *, gpu: bool) -> None:
         self._post, self._gpu = post, gpu
         self._stop = threading.Event()
         self._lock = threading.Lock()

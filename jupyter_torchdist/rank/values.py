@@ -50,11 +50,11 @@ def summary(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0][:500]}" if text else type(exc).__name__
 
 
-def _failed(text: str) -> dict[str, Any]:
+def _failed(text: str) -> C.FailedMsg:
     return {"t": C.FAILED, "summary": text, "traceback": "", "at": time.time()}
 
 
-def _value_message(value: Any, max_bytes: int) -> dict[str, Any]:
+def _value_message(value: Any, max_bytes: int) -> C.FinalMessage:
     try:
         data = dumps_value(value)
     except Exception as exc:
@@ -72,14 +72,16 @@ def _value_message(value: Any, max_bytes: int) -> dict[str, Any]:
     return {"t": C.RESULT, "value": data, "repr": shown, "at": time.time()}
 
 
-def final_message(outcome: str, value: Any, *, filename: str, send_value: bool, max_bytes: int) -> dict[str, Any]:
+def final_message(outcome: str, value: Any, *, filename: str, send_value: bool, max_bytes: int) -> C.FinalMessage:
     """The message that ends a cell: ``outcome`` is "ok" (value), "error" or "interrupted" (the exception),
     or "exit" (a script's exit code)."""
     if outcome in ("error", "interrupted"):
         return {"t": C.FAILED, "summary": summary(value), "traceback": user_traceback(value, filename),
                 "at": time.time(), "interrupted": outcome == "interrupted"}
     if outcome == "exit":
-        return {**_failed(f"SystemExit: the script exited with code {value}"), "code": value}
+        failed = _failed(f"SystemExit: the script exited with code {value}")
+        failed["code"] = value
+        return failed
     if not send_value:
         return {"t": C.RESULT, "value": None, "repr": None, "at": time.time()}
     return _value_message(value, max_bytes)
