@@ -57,6 +57,14 @@ def spark():
     backend.stop_embedded_session()
 
 
+@pytest.fixture(params=["local", pytest.param("spark", marks=pytest.mark.spark)])
+def backend(request: pytest.FixtureRequest) -> str:
+    """The launcher a test runs its ranks with: ``local=backend == "local"`` (Spark: the embedded session)."""
+    if request.param == "spark":
+        request.getfixturevalue("spark")
+    return request.param
+
+
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory: pytest.TempPathFactory):
     """A running standalone cluster (support/cluster.py): a Cluster, stopped with all its processes at the end."""

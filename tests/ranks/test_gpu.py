@@ -42,11 +42,8 @@ def cuda_failure():
     raise RuntimeError(f"failed on purpose with a tensor on {x.device}")
 
 
-@pytest.mark.parametrize("local", [True, False], ids=["local", "spark"])
-def test_one_gpu_rank_trains_with_nccl_and_the_value_comes_back_on_the_cpu(request, local):
-    if not local:
-        request.getfixturevalue("spark")
-    value = jt.run(nccl_ddp, n=1, gpu=True, local=local)
+def test_one_gpu_rank_trains_with_nccl_and_the_value_comes_back_on_the_cpu(backend):
+    value = jt.run(nccl_ddp, n=1, gpu=True, local=backend == "local")
     assert value["backend"] == "nccl" and value["device"] == "cuda:0" and value["sum"] == 1.0
     assert value["visible"] == 1, "each rank sees exactly its own GPU"
     assert value["weight"].device.type == "cpu"

@@ -36,13 +36,6 @@ def _pids(ranks: jt.Ranks) -> list[int]:
     return [pid for _, pid in info.hosts.values() if pid is not None]
 
 
-@pytest.fixture(params=["local", "spark"])
-def where(request):
-    if request.param == "spark":
-        request.getfixturevalue("spark")
-    return request.param
-
-
 def _interrupt_in(seconds: float) -> threading.Timer:
     """What the notebook's stop button does: SIGINT to this process (the kernel), here from a timer."""
     timer = threading.Timer(seconds, lambda: os.kill(os.getpid(), signal.SIGINT))
@@ -50,8 +43,8 @@ def _interrupt_in(seconds: float) -> threading.Timer:
     return timer
 
 
-def test_state_is_kept_across_cells_while_ddp_trains(where):
-    with jt.Ranks(n=2, local=where == "local", all_ranks=True) as ranks:
+def test_state_is_kept_across_cells_while_ddp_trains(backend):
+    with jt.Ranks(n=2, local=backend == "local", all_ranks=True) as ranks:
         ranks.run_cell(TRAIN_SETUP)
         first = ranks.run_cell("train(3)")
         second = ranks.run_cell("train(4)")
@@ -62,13 +55,13 @@ def test_state_is_kept_across_cells_while_ddp_trains(where):
         assert (third[0]["w"] == third[1]["w"]).all(), "DDP keeps every rank's parameters equal"
         assert not (third[0]["w"] == first[0]["w"]).all(), "and they moved"
         info = ranks.describe()
-        assert info.cells == 4 and info.n == 2 and info.local == (where == "local")
+        assert info.cells == 4 and info.n == 2 and info.local == (backend == "local")
         pids = _pids(ranks)
     assert all_gone(pids), "leaving the with-block stops every rank"
 
 
-def test_a_plain_raise_on_one_rank_leaves_the_ranks_up(where):
-    with jt.Ranks(n=2, local=where == "local") as ranks:
+def test_a_plain_raise_on_one_rank_leaves_the_ranks_up(backend):
+    with jt.Ranks(n=2, local=backend == "local") as ranks:
         before = ranks.run_cell(SETUP + "pid")
         with pytest.raises(jt.RunFailed) as info:
             ranks.run_cell("if rank == 1:\n    raise ValueError('only rank 1')\n'ok'")
@@ -77,8 +70,8 @@ def test_a_plain_raise_on_one_rank_leaves_the_ranks_up(where):
         assert ranks.alive and ranks.run_cell("pid") == before
 
 
-def test_an_interrupt_during_python_code_leaves_the_ranks_up(where):
-    with jt.Ranks(n=2, local=where == "local") as ranks:
+def test_an_interrupt_during_python_code_leaves_the_ranks_up(backend):
+    with jt.Ranks(n=2, local=backend == "local") as ranks:
         before = ranks.run_cell(SETUP + "pid")
         _interrupt_in(1.0)
         t0 = time.monotonic()
@@ -88,17 +81,17 @@ def test_an_interrupt_during_python_code_leaves_the_ranks_up(where):
         assert ranks.run_cell("pid") == before
 
 
-def test_a_timeout_interrupts_and_the_ranks_stay(where):
-    with jt.Ranks(n=2, local=where == "local", timeout=1.5) as ranks:
+def test_a_timeout_interrupts_and_the_ranks_stay(backend):
+    with jt.Ranks(n=2, local=backend == "local", timeout=1.5) as ranks:
         before = ranks.run_cell(SETUP + "pid")
         with pytest.raises(jt.RunTimeout) as info:
             ranks.run_cell("time.sleep(60)")
         assert "survived" in info.value.extra[-1] and ranks.run_cell("pid") == before
 
 
-def test_a_failure_inside_a_collective_loop_stops_the_kept_ranks(where):
+def test_a_failure_inside_a_collective_loop_stops_the_kept_ranks(backend):
     """Rank 0 waits in all_reduce for a peer that left it: it cannot be interrupted, so the set goes."""
-    ranks = jt.Ranks(n=2, local=where == "local")
+    ranks = jt.Ranks(n=2, local=backend == "local")
     ranks.run_cell(SETUP)
     pids = _pids(ranks)
     t0 = time.monotonic()
@@ -111,9 +104,9 @@ def test_a_failure_inside_a_collective_loop_stops_the_kept_ranks(where):
     assert not ranks.alive and all_gone(pids) and time.monotonic() - t0 < 20
 
 
-def test_an_interrupt_inside_a_collective_loop_says_truly_what_happened(where):
+def test_an_interrupt_inside_a_collective_loop_says_truly_what_happened(backend):
     """Either every rank got back (survived) or one was stuck in all_reduce (stopped): the message says which."""
-    ranks = jt.Ranks(n=2, local=where == "local")
+    ranks = jt.Ranks(n=2, local=backend == "local")
     ranks.run_cell(SETUP)
     pids = _pids(ranks)
     _interrupt_in(1.0)
@@ -128,8 +121,8 @@ def test_an_interrupt_inside_a_collective_loop_says_truly_what_happened(where):
     assert all_gone(pids)
 
 
-def test_a_rank_killed_stops_the_kept_ranks(where):
-    ranks = jt.Ranks(n=2, local=where == "local")
+def test_a_rank_killed_stops_the_kept_ranks(backend):
+    ranks = jt.Ranks(n=2, local=backend == "local")
     ranks.run_cell(SETUP)
     pids = _pids(ranks)
     with pytest.raises(jt.RunFailed) as info:
@@ -139,8 +132,8 @@ def test_a_rank_killed_stops_the_kept_ranks(where):
     assert not ranks.alive and all_gone(pids)
 
 
-def test_stop_ends_every_process_and_a_second_stop_says_none(where):
-    ranks = jt.Ranks(n=2, local=where == "local")
+def test_stop_ends_every_process_and_a_second_stop_says_none(backend):
+    ranks = jt.Ranks(n=2, local=backend == "local")
     ranks.run_cell(SETUP)
     pids = _pids(ranks)
     t0 = time.monotonic()
@@ -159,8 +152,8 @@ def test_a_one_shot_run_and_a_spark_job_beside_kept_ranks(spark):
         assert ranks.run_cell("x + 1") == 42
 
 
-def test_thirty_kept_cells_leak_nothing(where):
-    with jt.Ranks(n=2, local=where == "local") as ranks:
+def test_thirty_kept_cells_leak_nothing(backend):
+    with jt.Ranks(n=2, local=backend == "local") as ranks:
         ranks.run_cell(SETUP + "n = 0")
         for _ in range(3):
             ranks.run_cell("n += 1")

@@ -1,5 +1,5 @@
-"""--local: real rank processes on this machine, real torch.distributed (gloo), and no Spark at all (in a real
-kernel: kernel/test_magic_local.py)."""
+"""--local only: rank processes forked from a zygote of the kernel, what each run takes from the kernel, a dead
+zygote, GPUs refused without GPUs, and no Spark at all (the launchers' shared behaviours are in test_run.py)."""
 from __future__ import annotations
 
 import os
@@ -15,16 +15,15 @@ import pytest
 import torch
 
 import jupyter_torchdist as jt
-from jupyter_torchdist.errors import LaunchError, RunFailed, RunInterrupted, RunTimeout
+from jupyter_torchdist.errors import LaunchError, RunFailed
 from jupyter_torchdist.launchers import local_server as local
 
 from .. import support
 from ..support import helpers
-from ..support.procs import all_gone, descendants_of, resource_counts
+from ..support.procs import all_gone, descendants_of
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the rank functions below travel by value
 ROOT = str(support.ROOT)
-
 
 
 def _marker_pids(marker_dir) -> list[int]:
@@ -38,25 +37,7 @@ def whoami(tag: str) -> dict:
             "module": importlib.import_module("jtd_local_sibling").VALUE, "arg": tag}
 
 
-def test_ddp_value_env_and_live_state():
-    result = jt.run_detailed(helpers.ddp_train, 10, n=2, local=True)
-    value = result.value
-    assert value["rank"] == 0 and value["world"] == 2
-    assert value["losses"][-1] < value["losses"][0]
-    assert isinstance(value["weight"], torch.Tensor)
-    env = value["env"]
-    assert env["WORLD_SIZE"] == "2" and env["LOCAL_WORLD_SIZE"] == "2" and env["MASTER_ADDR"] == "127.0.0.1"
-    assert result.state.backend == "local"
-    assert [r.state for r in result.state.ranks] == ["done", "done"]
-    assert [r.step for r in result.state.ranks] == [10, 10]
-
-
-def test_ranks_are_separate_processes_in_sync_and_never_the_kernel():
-    values = jt.run(helpers.ddp_train, 4, n=3, local=True, all_ranks=True)
-    assert [v["rank"] for v in values] == [0, 1, 2]
-    assert sorted(v["env"]["LOCAL_RANK"] for v in values) == ["0", "1", "2"]
-    for v in values[1:]:
-        assert torch.equal(v["weight"], values[0]["weight"])
+def test_the_ranks_are_forked_from_a_zygote_the_kernel_started():
     pids = jt.run(os.getpid, n=3, local=True, all_ranks=True)
     assert len(set(pids)) == 3 and os.getpid() not in pids
     zygote = local.zygote_pid()
@@ -73,52 +54,6 @@ def test_each_run_takes_the_kernels_cwd_path_and_environment(tmp_path, monkeypat
     assert value["cwd"] == str(tmp_path)
     assert value["tag"] == "set after the zygote started"
     assert value["module"] == "imported from the kernel path" and value["arg"] == "x"
-
-
-def test_no_rank_exits_while_a_peer_still_needs_it():
-    """Rank 0 hosts the store and ends first: it must stay until every rank has ended its cell
-    (it used to exit at once, and 64 ranks on one host then failed with "Connection reset by peer")."""
-    assert jt.run(helpers.store_after_rank0_is_done, n=2, local=True, all_ranks=True) == \
-        ["rank 0 done", "from rank 0"]
-
-
-def test_raising_rank_is_the_root_cause():
-    with pytest.raises(RunFailed) as info:
-        jt.run(helpers.fail_on, 1, "raise", n=3, local=True)
-    err = info.value
-    assert err.rank == 1 and err.root.kind == "exception"
-    assert "ValueError: boom on rank 1" in err.root.summary and "fail_on" in err.root.traceback
-
-
-@pytest.mark.parametrize("how, expect", [("exit", "code 7"), ("kill", "SIGKILL")])
-def test_hard_exit_names_rank_and_code(how, expect):
-    with pytest.raises(RunFailed) as info:
-        jt.run(helpers.fail_on, 1, how, n=2, local=True)
-    assert info.value.rank == 1 and info.value.root.kind == "exit"
-    assert expect in info.value.root.summary
-
-
-def test_timeout_stops_every_rank(tmp_path):
-    jt.run(os.getpid, n=1, local=True)  # warm: the timeout lands while ranks run, not while torch imports
-    t0 = time.monotonic()
-    with pytest.raises(RunTimeout) as info:
-        jt.run(helpers.sleep_forever, str(tmp_path), n=2, local=True, timeout=5)
-    assert time.monotonic() - t0 < 5 + 8
-    assert "[0, 1]" in str(info.value)
-    pids = _marker_pids(tmp_path)
-    assert len(pids) == 2 and all_gone(pids)
-
-
-def test_interrupt_stops_every_rank(tmp_path):
-    jt.run(os.getpid, n=1, local=True)  # warm: the interrupt lands while ranks run, not while torch imports
-    timer = threading.Timer(2.0, os.kill, (os.getpid(), signal.SIGINT))
-    timer.start()
-    t0 = time.monotonic()
-    with pytest.raises(RunInterrupted):
-        jt.run(helpers.sleep_forever, str(tmp_path), n=2, local=True)
-    assert time.monotonic() - t0 - 2.0 < 6
-    pids = _marker_pids(tmp_path)
-    assert len(pids) == 2 and all_gone(pids)
 
 
 def test_gpu_is_refused_clearly_without_gpus(monkeypatch):
@@ -149,21 +84,6 @@ def test_a_dead_zygote_fails_the_run_and_the_next_run_starts_a_new_one(tmp_path)
     killer.join()
     assert all_gone(_marker_pids(tmp_path)), "ranks outlived their zygote"
     assert jt.run(os.getpid, n=1, local=True) != zygote and local.zygote_pid() not in (None, zygote)
-
-
-def test_reruns_leak_nothing():
-    jt.run(helpers.ddp_train, 2, n=2, local=True)
-    before = resource_counts()
-    for i in range(6):
-        if i % 3 == 2:
-            with pytest.raises(RunFailed):
-                jt.run(helpers.fail_on, 0, "raise", n=2, local=True)
-        else:
-            jt.run(helpers.ddp_train, 2, n=2, local=True)
-    after = resource_counts()
-    assert after["threads"] <= before["threads"]
-    assert after["fds"] <= before["fds"] + 2 and after["sockets"] <= before["sockets"] + 1
-    assert after["children"] <= before["children"], "rank processes outlived their runs"
 
 
 def _python(code: str, cwd: str, timeout: float = 240) -> subprocess.CompletedProcess:
@@ -236,4 +156,3 @@ def test_killing_the_kernel_takes_zygote_agents_and_ranks_with_it(tmp_path):
         proc.kill()
         proc.wait()
     assert all_gone(sorted(family), 30), "processes outlived the kernel that started them"
-
