@@ -8,8 +8,9 @@ The tests are grouped by what they need (see the README's Development section):
 - ``cluster/``: the Spark standalone cluster on loopback;
 - ``browser/``: JupyterLab and Notebook 7 in Chromium.
 
-The layers run in that order, unit first. One embedded SparkSession serves the whole test session, started by the
-first test that asks for it.
+Everything outside ``unit/`` is marked ``slow`` (so is a unit test marked so itself), except a test marked ``quick``:
+``-m "not slow"`` is the quick subset. The layers run in that order, unit first. One embedded SparkSession serves
+the whole test session, started by the first test that asks for it.
 """
 from __future__ import annotations
 
@@ -40,6 +41,9 @@ def layer_of(path: Path) -> str | None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if layer_of(item.path) != "unit" and not item.get_closest_marker("quick"):
+            item.add_marker(pytest.mark.slow)
     order = {name: i for i, name in enumerate(LAYERS)}
     items.sort(key=lambda item: order.get(layer_of(item.path) or "", len(LAYERS)))  # stable: files keep their order
 

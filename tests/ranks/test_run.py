@@ -35,6 +35,8 @@ def _stopped(pids: list[int], backend: str) -> bool:
     return all_gone(pids)
 
 
+@pytest.mark.parametrize("backend", [pytest.param("local", marks=pytest.mark.quick),
+                                     pytest.param("spark", marks=pytest.mark.spark)], indirect=True)
 def test_ddp_runs_and_rank0_value_comes_back_with_env_and_live_state(backend):
     result = jt.run_detailed(helpers.ddp_train, 10, n=2, local=backend == "local")
     value = result.value

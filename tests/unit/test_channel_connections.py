@@ -80,6 +80,7 @@ def test_a_peer_trickling_its_handshake_is_cut_off_at_the_deadline(monkeypatch, 
         assert cut is not None and cut < 2.5, f"a trickling peer held its handshake for {cut}s"
 
 
+@pytest.mark.slow  # seconds: waits out the send timeout
 def test_send_to_a_peer_that_stopped_reading_gives_up(monkeypatch):
     monkeypatch.setattr(channel_mod, "SEND_TIMEOUT_S", 1.0)
     with ChannelServer(1) as s:

@@ -92,6 +92,7 @@ def test_rank_refuses_a_server_with_another_certificate(identity):
         impostor.close()
 
 
+@pytest.mark.slow  # seconds: waits out the handshake timeout
 def test_plain_client_cannot_talk_to_a_tls_channel(identity, monkeypatch):
     monkeypatch.setattr(channel_mod, "HANDSHAKE_TIMEOUT_S", 2.0)
     with ChannelServer(1, tls=identity) as s:

@@ -55,6 +55,7 @@ def _alloc_faults(tune: bool) -> int:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow  # seconds: two fresh interpreters that import torch
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
 def test_the_rank_allocator_reuses_freed_tensor_memory():
     """Fixed malloc thresholds: a loop that frees and reallocates activations does not fault them back in."""

@@ -162,6 +162,7 @@ def test_64_ranks_in_every_view():
     assert "ranks: 63 done, 1 failed" in bundle["text/plain"]
 
 
+@pytest.mark.slow  # seconds: megabytes of logs and tracebacks trimmed for 64 ranks
 def test_bundle_size_is_bounded():
     big_line = "x" * 5_000
     snap = _snap(64, value_repr="v" * 1_000_000)
