@@ -66,7 +66,7 @@ def main() -> None:
     args = p.parse_args()
     started = time.perf_counter()
     info = common.begin("Spark Connect: ours vs TorchDistributor on the same Connect session")
-    from tests.connect_server import start_server, stop
+    from tests.support.connect_server import start_server, stop
 
     server = start_server(Path(tempfile.mkdtemp(prefix="bench-connect-")))
     try:

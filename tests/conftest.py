@@ -1,9 +1,21 @@
-"""Shared fixtures: one embedded SparkSession for the whole test session, and leak counters."""
+"""Fixtures for every layer, the layers themselves, and what travels to the ranks.
+
+The tests are grouped by what they need (see the README's Development section):
+
+- ``unit/``: nothing beyond this process and plain subprocesses (no Spark JVM, no kernel, no ranks, no browser);
+- ``ranks/``: real rank processes (``--local`` and the embedded local Spark session);
+- ``kernel/``: real Jupyter kernels and notebooks executed with nbclient;
+- ``cluster/``: the Spark standalone cluster on loopback;
+- ``browser/``: JupyterLab and Notebook 7 in Chromium.
+
+Everything outside ``unit/`` is marked ``slow`` (so is a unit test marked so itself), except a test marked ``quick``:
+``-m "not slow"`` is the quick subset. The layers run in that order, unit first. One embedded SparkSession serves
+the whole test session, started by the first test that asks for it.
+"""
 from __future__ import annotations
 
 import os
-import threading
-import time
+from pathlib import Path
 
 import pytest
 
@@ -11,11 +23,32 @@ os.environ.setdefault("JUPYTER_TORCHDIST_WARMUP", "0")
 
 import cloudpickle
 
-from . import helpers
+from .support import fault_helpers, helpers
+from .support.procs import children
 
-cloudpickle.register_pickle_by_value(helpers)  # the ranks cannot import the tests package
+# The ranks cannot import the tests package: the rank functions of these modules travel by value.
+cloudpickle.register_pickle_by_value(helpers)
+cloudpickle.register_pickle_by_value(fault_helpers)
+
+TESTS = Path(__file__).resolve().parent
+LAYERS = ("unit", "ranks", "kernel", "cluster", "browser")
 
 
+def layer_of(path: Path) -> str | None:
+    """The layer folder a test file is in (None for a file directly under tests/)."""
+    parts = Path(path).resolve().relative_to(TESTS).parts
+    return parts[0] if len(parts) > 1 and parts[0] in LAYERS else None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if layer_of(item.path) != "unit" and not item.get_closest_marker("quick"):
+            item.add_marker(pytest.mark.slow)
+    order = {name: i for i, name in enumerate(LAYERS)}
+    items.sort(key=lambda item: order.get(layer_of(item.path) or "", len(LAYERS)))  # stable: files keep their order
+
+
+# -- Spark ---------------------------------------------------------------------------------------------------
 @pytest.fixture(scope="session")
 def spark():
     """The embedded local SparkSession the magic itself would start (4 slots), stopped at the end."""
@@ -28,74 +61,46 @@ def spark():
     backend.stop_embedded_session()
 
 
-def _children() -> set[int]:
-    """Every live descendant process of this test process."""
-    return descendants_of(os.getpid())
+@pytest.fixture(params=["local", pytest.param("spark", marks=pytest.mark.spark)])
+def backend(request: pytest.FixtureRequest) -> str:
+    """The launcher a test runs its ranks with: ``local=backend == "local"`` (Spark: the embedded session)."""
+    if request.param == "spark":
+        request.getfixturevalue("spark")
+    return request.param
 
 
-def process_alive(pid: int) -> bool:
-    """Running, not a zombie (a zombie has exited; only its parent's wait is missing)."""
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory: pytest.TempPathFactory):
+    """A running standalone cluster (support/cluster.py): a Cluster, stopped with all its processes at the end."""
+    pytest.importorskip("pyspark")
+    from .support.cluster import start, stop
+
+    c = start(tmp_path_factory.mktemp("spark-cluster"))
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
+        yield c
+    finally:
+        survivors = stop(c)
+        assert not survivors, f"cluster processes survived the teardown: {survivors}"
 
 
-def all_gone(pids, within: float = 15.0) -> bool:
-    """Poll (test-side only) until every pid has exited (zombies count as gone); False if ``within`` passed."""
-    end = time.monotonic() + within
-    while time.monotonic() < end:
-        if not any(process_alive(p) for p in pids):
-            return True
-        time.sleep(0.05)
-    return False
+@pytest.fixture(scope="session")
+def connect_server(tmp_path_factory: pytest.TempPathFactory):
+    """A running Spark Connect server (support/connect_server.py): its record (``url`` is the sc:// address),
+    stopped with all its processes at the end."""
+    from .support.connect_server import start_server, stop
+
+    c = start_server(tmp_path_factory.mktemp("spark-connect"))
+    try:
+        yield c
+    finally:
+        survivors = stop(c)
+        assert not survivors, f"Spark Connect server processes survived the teardown: {survivors}"
 
 
-def descendants_of(me: int) -> set[int]:
-    """Every live (non-zombie) descendant of process ``me``."""
-    parents: dict[int, int] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if fields[0] != "Z":
-            parents[int(entry)] = int(fields[1])
-    out: set[int] = set()
-    frontier = {me}
-    while frontier:
-        frontier = {pid for pid, ppid in parents.items() if ppid in frontier} - out
-        out |= frontier
-    return out
-
-
-def _fd_targets() -> list[str]:
-    out = []
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            out.append(os.readlink(f"/proc/self/fd/{fd}"))
-        except OSError:
-            pass  # the fd listing itself, closed meanwhile
-    return out
-
-
-def resource_counts() -> dict[str, int]:
-    targets = _fd_targets()
-    return {
-        "threads": threading.active_count(),
-        "fds": len(targets),
-        "sockets": sum(1 for t in targets if t.startswith("socket:")),
-        "children": len(_children()),
-    }
-
-
+# -- processes, shells, servers ------------------------------------------------------------------------------
 @pytest.fixture
 def descendants():
-    return _children
+    return children
 
 
 @pytest.fixture
@@ -111,3 +116,13 @@ def shell():
     finally:
         sh.run_line_magic("unload_ext", "jupyter_torchdist")
         InteractiveShell.clear_instance()
+
+
+@pytest.fixture
+def server():
+    """A live-channel server for 4 ranks with a small frame limit (the channel tests' peer is the test)."""
+    from jupyter_torchdist.channel.server import ChannelServer
+
+    s = ChannelServer(4, max_frame=1 << 16)
+    yield s
+    s.close()

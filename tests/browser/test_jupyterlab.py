@@ -1,0 +1,242 @@
+"""The live view and the run report in a real browser: JupyterLab on loopback, Chromium via Playwright.
+
+One server, one browser, one notebook for the whole module; the tests run in order on it (live run,
+stop button, failure, 64 ranks, reload without a kernel). Screenshots go to ``test-artifacts/``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from ..support import ROOT
+from ..support.browser import (CELLS, LIVE, NOTEBOOK, REPORT, ROW, Lab, check_stop_button, notebook_json, row_states,
+                               serving, skip_reason)
+
+pytestmark = [pytest.mark.browser, pytest.mark.spark, pytest.mark.timeout(600)]
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    reason = skip_reason()
+    if reason:
+        pytest.skip(reason)
+    with serving(Lab(tmp_path_factory.mktemp("lab")), CELLS, "browser-last") as lab:
+        yield lab
+
+
+def test_live_rows_move_then_the_report_shows_the_value(lab: Lab) -> None:
+    lab.run_cell(1)
+    cell = lab.cell(1)
+    cell.locator(f"{LIVE} {ROW}[data-state='running'] .jp-TorchDist-barFill").first.wait_for(timeout=240_000)
+    first = row_states(lab, 1)
+    assert [r["rank"] for r in first] == ["0", "1"], first
+    second, deadline = first, time.monotonic() + 20
+    while second == first and time.monotonic() < deadline:
+        time.sleep(0.3)
+        second = row_states(lab, 1)
+    lab.shot("live-2-ranks", cell)
+    assert any(a["steps"] != b["steps"] and a["bar"] != b["bar"] for a, b in zip(first, second)), \
+        f"the rows did not move: {first} then {second}"
+    assert cell.locator(f"{LIVE} .jp-TorchDist-stop").is_enabled()
+    assert cell.locator(f"{LIVE} .jp-TorchDist-loss svg polyline").count() == 2, "a loss curve per rank"
+
+    cell.locator(f"{REPORT}[data-status='succeeded']").wait_for(timeout=120_000)
+    assert cell.locator(LIVE).count() == 0, "the widget was replaced by the report"
+    report = cell.locator(REPORT)
+    assert "'answer': 42" in report.locator(".jp-TorchDist-valuePre").inner_text()
+    assert "'answer': 42" in cell.locator(".jp-OutputArea-executeResult").inner_text()
+    assert report.locator(f"{ROW}[data-state='done']").count() == 2
+    assert report.locator(".jp-TorchDist-steps").all_inner_texts() == ["40/40", "40/40"]
+    lab.shot("report-succeeded", cell)
+
+
+def test_stop_button_stops_the_run_and_the_kernel_stays_usable(lab: Lab) -> None:
+    check_stop_button(lab, "report-stopped")
+
+
+def test_failing_rank_shows_its_traceback_with_the_rank(lab: Lab) -> None:
+    lab.wait_idle_kernel()
+    lab.run_cell(4)
+    cell = lab.cell(4)
+    report = cell.locator(f"{REPORT}[data-status='failed']")
+    report.wait_for(timeout=240_000)
+    where = report.locator(".jp-TorchDist-errorWhere").inner_text()
+    assert "Rank 1" in where and "raised an exception" in where, where
+    assert "ValueError: boom at step 3, on purpose" in report.locator(".jp-TorchDist-errorSummary").inner_text()
+    tb = report.locator(".jp-TorchDist-traceback").inner_text()
+    assert "Traceback" in tb and "raise ValueError" in tb, tb
+    assert report.locator(f"{ROW}[data-rank='1'][data-state='failed']").count() == 1
+    assert report.locator(".jp-TorchDist-logs").evaluate("d => d.open"), "a failure opens the logs"
+    lab.shot("report-failed", cell)
+
+
+def test_64_ranks_scroll_stay_responsive_and_logs_show_a_tail_with_show_all(lab: Lab) -> None:
+    lab.wait_idle_kernel()
+    lab.run_cell(5)
+    cell = lab.cell(5)
+    widget = cell.locator(LIVE)
+    rows = widget.locator(ROW)
+    widget.locator(f"{ROW}[data-rank='63'][data-state='running']").wait_for(timeout=60_000)
+    assert [int(r) for r in rows.evaluate_all("rs => rs.map(r => r.dataset.rank)")] == list(range(64))
+
+    # The grid scrolls inside a bounded box instead of flooding the page; every row has the same cells.
+    wrap = widget.locator(".jp-TorchDist-tableWrap")
+    box = wrap.evaluate("w => ({client: w.clientHeight, scroll: w.scrollHeight})")
+    assert box["scroll"] > 3 * box["client"] and box["client"] < 500, box
+    assert len(set(rows.evaluate_all("rs => rs.map(r => r.children.length)"))) == 1
+    # A loss curve per rank (too many for a legend, which says how many).
+    lab.page.wait_for_function(
+        f"() => document.querySelectorAll('{LIVE} .jp-TorchDist-loss svg polyline').length === 64", timeout=10_000)
+    assert widget.locator(".jp-TorchDist-legend").inner_text().strip() == "64 ranks"
+
+    # Scrolled to the end with the mouse wheel, the grid stays there across live redraws.
+    # (One notch at a time: once the grid is at its end, more would scroll the notebook away.)
+    wrap.scroll_into_view_if_needed()
+    wrap.hover()
+    at_end = "w => w.scrollTop > 0 && w.scrollTop + w.clientHeight >= w.scrollHeight - 2"
+    deadline = time.monotonic() + 20
+    while not wrap.evaluate(at_end) and time.monotonic() < deadline:
+        lab.page.mouse.wheel(0, 200)
+        time.sleep(0.15)
+    where = wrap.evaluate("w => [w.scrollTop, w.clientHeight, w.scrollHeight, w.getBoundingClientRect().toJSON(),"
+                          " (document.elementFromPoint(...[w.getBoundingClientRect()].map(r => [r.x + r.width / 2,"
+                          " r.y + r.height / 2])[0]) || {}).className]")
+    assert wrap.evaluate(at_end), f"the wheel did not scroll the grid to its end: {where}"
+    before = row_states(lab, 5)[63]["steps"]
+    lab.page.wait_for_function(
+        f"(s) => document.querySelector(\"{LIVE} {ROW}[data-rank='63'] .jp-TorchDist-steps\").textContent !== s",
+        arg=before, timeout=10_000)
+    assert wrap.evaluate(at_end), "the grid kept its scroll position through redraws"
+
+    # Responsive while 64 ranks stream in: a click on the last row shows that rank's log at once.
+    last = widget.locator(f"{ROW}[data-rank='63']")
+    clicked = time.monotonic()
+    last.click()
+    log = widget.locator(".jp-TorchDist-log[data-rank='63']")
+    log.wait_for(timeout=5_000)
+    took = time.monotonic() - clicked
+    assert took < 2.0, f"picking a rank took {took:.2f} s"
+    assert "jp-TorchDist-picked" in (last.get_attribute("class") or "")
+    assert widget.locator(".jp-TorchDist-tab[aria-selected='true']").inner_text() == "63"
+    gaps = lab.page.evaluate(
+        "() => new Promise(done => { const gaps = []; let t = performance.now();"
+        " const tick = now => { gaps.push(now - t); t = now;"
+        "  if (gaps.length < 90) requestAnimationFrame(tick); else done(gaps); };"
+        " requestAnimationFrame(tick); })")
+    gaps.sort()
+    assert gaps[len(gaps) // 2] < 100 and gaps[-1] < 1500, \
+        f"animation frames while updating: median {gaps[len(gaps) // 2]:.0f} ms, worst {gaps[-1]:.0f} ms"
+
+    # The log pane is a tail: about 12 lines high, scrolling, following the newest line;
+    # "show all" shows every line the view holds, and says where the whole log is.
+    widget.locator(".jp-TorchDist-logInfo:has-text('last 40 of')").wait_for(timeout=30_000)
+    info = widget.locator(".jp-TorchDist-logInfo").inner_text()
+    assert "rank 63" in info and "last_run().logs[63]" in info, info
+    pane = log.evaluate(
+        "p => ({client: p.clientHeight, scroll: p.scrollHeight, end: p.scrollTop + p.clientHeight,"
+        " lines: p.textContent.split('\\n')})")
+    assert len(pane["lines"]) == 40 and pane["client"] < pane["scroll"] / 2, pane
+    assert pane["end"] >= pane["scroll"] - 2, "the pane follows the newest line"
+    assert pane["lines"][-1].startswith("rank 63 line "), pane["lines"]
+    show_all = widget.locator(".jp-TorchDist-logInfo button[data-action='log-all']")
+    assert show_all.inner_text() == "show all 40"
+    show_all.click()
+    widget.locator(".jp-TorchDist-log.jp-TorchDist-logAll[data-rank='63']").wait_for(timeout=5_000)
+    lab.page.wait_for_timeout(400)  # a few redraws later it is still shown whole
+    full = log.evaluate("p => ({client: p.clientHeight, scroll: p.scrollHeight})")
+    assert full["client"] >= full["scroll"] - 2 and full["client"] > 2 * pane["client"], (full, pane)
+    lab.shot("live-64-ranks")  # the page: the cell is taller than the window
+    widget.locator(".jp-TorchDist-logInfo button[data-action='log-all']:has-text('show less')").click()
+    widget.locator(".jp-TorchDist-log.jp-TorchDist-logAll").wait_for(state="detached", timeout=5_000)
+
+    (lab.root / "FINISH_64").touch()
+    report = cell.locator(f"{REPORT}[data-status='succeeded']")
+    report.wait_for(timeout=60_000)
+    assert report.locator(f"{ROW}[data-state='done']").count() == 64
+
+
+def test_report_renders_after_save_kernel_shutdown_and_reload(lab: Lab) -> None:
+    lab.wait_idle_kernel()
+    lab.command("docmanager:save")
+    path = lab.root / NOTEBOOK
+    mime = "application/vnd.jupyter-torchdist.run+json"
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        saved = json.loads(path.read_text())
+        statuses = [o["data"][mime]["status"] for c in saved["cells"] for o in c.get("outputs", [])
+                    if mime in o.get("data", {})]
+        if len(statuses) == 4:
+            break
+        time.sleep(0.3)
+    assert statuses == ["succeeded", "interrupted", "failed", "succeeded"], statuses
+
+    lab.page.evaluate("() => window.jupyterapp.shell.currentWidget.sessionContext.shutdown()")
+    deadline = time.monotonic() + 30
+    while lab.kernels() and time.monotonic() < deadline:
+        time.sleep(0.3)
+    assert not lab.kernels(), "the kernel was shut down"
+
+    lab.page.reload()
+    lab.open(NOTEBOOK)
+    reports = lab.page.locator(f".jp-Notebook {REPORT}")
+    reports.nth(3).wait_for(timeout=30_000)
+    assert [reports.nth(i).get_attribute("data-status") for i in range(4)] == \
+        ["succeeded", "interrupted", "failed", "succeeded"]
+    assert reports.nth(3).locator(ROW).count() == 64
+    assert lab.page.locator(LIVE).count() == 0
+    assert "Rank 1" in reports.nth(2).locator(".jp-TorchDist-errorWhere").inner_text()
+    lab.shot("reloaded-without-kernel")
+
+
+DOCS_CELL = (
+    "%%distribute -n 4\n"
+    "import time\n"
+    "import torch\n"
+    "from torch import nn\n"
+    "from torch.nn.parallel import DistributedDataParallel as DDP\n"
+    "import jupyter_torchdist as jt\n"
+    "\n"
+    "torch.manual_seed(jt.rank())\n"
+    "model = DDP(nn.Sequential(nn.Linear(20, 64), nn.ReLU(), nn.Linear(64, 1)))\n"
+    "opt = torch.optim.Adam(model.parameters(), lr=3e-3)\n"
+    "steps = 300\n"
+    "for step in range(1, steps + 1):\n"
+    "    x = torch.randn(256, 20)\n"
+    "    y = (x[:, :5].sum(1, keepdim=True) > 0).float()\n"
+    "    loss = nn.functional.binary_cross_entropy_with_logits(model(x), y)\n"
+    "    opt.zero_grad(); loss.backward(); opt.step()\n"
+    "    acc = ((model(x) > 0).float() == y).float().mean()\n"
+    "    jt.report(step=step, total=steps, loss=loss, acc=acc)\n"
+    "    if step % 25 == 0:\n"
+    "        print(f'epoch {step // 25}: loss {loss.item():.4f} acc {acc.item():.3f}')\n"
+    "    time.sleep(0.06)\n"
+)
+
+
+@pytest.mark.skipif(os.environ.get("JUPYTER_TORCHDIST_DOCS_SHOT") != "1",
+                    reason="regenerates docs/live.png: set JUPYTER_TORCHDIST_DOCS_SHOT=1")
+def test_docs_screenshot_of_the_live_view(lab: Lab) -> None:
+    """docs/live.png for the README: 4 ranks mid-run with a loss curve and an open log."""
+    (lab.root / "docs.ipynb").write_text(json.dumps(notebook_json(["%load_ext jupyter_torchdist", DOCS_CELL])))
+    lab.page.set_viewport_size({"width": 1500, "height": 1100})
+    lab.open("docs.ipynb")
+    lab.page.wait_for_timeout(2000)  # let a kernel dialog come up, if one does
+    lab.wait_idle_kernel()
+    lab.run_cell(0)
+    lab.cell(0).locator(".jp-InputArea-prompt:has-text('[1]')").wait_for(timeout=60_000)
+    lab.run_cell(1)
+    widget = lab.cell(1).locator(LIVE)
+    widget.locator(f"{ROW}[data-rank='1'][data-state='running']").wait_for(timeout=180_000)
+    widget.locator(f"{ROW}[data-rank='1']").click()
+    lab.page.wait_for_function(
+        "() => [...document.querySelectorAll('.jp-TorchDist-widget .jp-TorchDist-steps')]"
+        ".every(s => parseInt(s.textContent) >= 170)", timeout=120_000)
+    lab.page.mouse.move(0, 0)
+    out = lab.cell(1).locator(".jp-OutputArea-output").first
+    out.screenshot(path=str(ROOT / "docs" / "live.png"))
+    lab.shot("docs-live", out)
+    lab.cell(1).locator(f"{REPORT}[data-status='succeeded']").wait_for(timeout=120_000)

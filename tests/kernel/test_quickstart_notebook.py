@@ -1,0 +1,37 @@
+"""examples/01_quickstart.ipynb, executed in a real kernel by nbclient, as a user would run it."""
+from __future__ import annotations
+
+import pytest
+
+from ..support.notebooks import MIME, execute_example
+
+pytestmark = pytest.mark.spark
+
+
+@pytest.fixture(scope="module")
+def executed():
+    return execute_example("01_quickstart.ipynb", store_widget_state=True)
+
+
+def test_quickstart_learns_and_returns_losses(executed):
+    outs = [o for c in executed.cells if c.cell_type == "code" for o in c.get("outputs", [])]
+    assert not [o for o in outs if o.output_type == "error"], [o.get("traceback") for o in outs]
+    results = [o for o in outs if o.output_type == "execute_result"]
+    assert results, "the %%distribute cell's value is the cell's output"
+    losses = eval(results[0]["data"]["text/plain"])  # a plain list of floats
+    assert isinstance(losses, list) and len(losses) == 4 and losses[-1] < losses[0]
+
+
+def test_quickstart_leaves_a_report_and_the_live_widget_state(executed):
+    reports = [o for c in executed.cells for o in c.get("outputs", []) if MIME in o.get("data", {})]
+    assert len(reports) == 1
+    snap = reports[0]["data"][MIME]
+    assert snap["status"] == "succeeded" and snap["world_size"] == 2
+    assert all(r["state"] == "done" and r["step"] == r["total"] > 0 for r in snap["ranks"])
+    assert all(r["loss_history"] for r in snap["ranks"])
+    assert any("epoch 3" in line for _, line in snap["ranks"][0]["log_tail"])
+    state = executed.metadata["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]
+    live = [m["state"]["snapshot"] for m in state.values()
+            if m["model_name"] == "AnyModel" and m["state"].get("snapshot")]
+    assert live and [r["state"] for r in live[-1]["ranks"]] == ["done", "done"], \
+        "the live view ended showing both ranks done"

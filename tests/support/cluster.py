@@ -1,0 +1,181 @@
+"""A real Spark standalone cluster on loopback (a master and two 1-core workers), from the pip pyspark.
+
+The ``cluster`` fixture (tests/conftest.py) starts it once per session and always stops it, with every process it
+spawned (executor JVMs, their Python daemons and workers, rank processes) hunted down even when a test failed.
+"""
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import ROOT
+from .procs import descendants_of, process_alive
+
+__all__ = ["Cluster", "session_conf", "spark_env", "start", "stop", "alive"]
+
+START_TIMEOUT_S = 180.0
+# Short-lived test JVMs on 2 cores start about twice as fast without the optimising JIT and parallel GC.
+FAST_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
+
+@dataclass
+class Cluster:
+    url: str
+    workdir: Path
+    procs: list[subprocess.Popen] = field(default_factory=list)
+    started_in_s: float = 0.0
+
+    def logs(self, tail: int = 40) -> str:
+        out = []
+        for path in sorted(self.workdir.glob("*.log")):
+            lines = path.read_text(errors="replace").splitlines()[-tail:]
+            out.append(f"--- {path.name}\n" + "\n".join(lines))
+        return "\n".join(out)
+
+    def family(self) -> set[int]:
+        """Every live process the cluster spawned (JVMs, executors, Python daemons, ranks)."""
+        pids = {p.pid for p in self.procs if p.poll() is None}
+        for p in list(pids):
+            pids |= descendants_of(p)
+        return pids
+
+
+def spark_env(workdir: Path) -> dict[str, str]:
+    import pyspark
+
+    env = dict(os.environ)
+    env.update(
+        SPARK_HOME=os.path.dirname(pyspark.__file__), SPARK_LOCAL_IP="127.0.0.1",
+        SPARK_CONF_DIR=str(workdir / "conf"), SPARK_LOCAL_DIRS=str(workdir / "local"),
+        PYSPARK_PYTHON=sys.executable, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")])),
+        # no REST server on the fixed port 6066, no web UIs: nothing that can clash with another cluster
+        SPARK_MASTER_OPTS="-Dspark.master.rest.enabled=false -Dspark.ui.enabled=false",
+        SPARK_WORKER_OPTS="-Dspark.ui.enabled=false",
+        SPARK_DAEMON_JAVA_OPTS=FAST_JVM,
+    )
+    return env
+
+
+def session_conf(url: str) -> dict[str, str]:
+    """What a notebook needs to use this cluster (see the README's cluster section)."""
+    return {
+        "spark.master": url,
+        "spark.app.name": "jupyter-torchdist-cluster-test",
+        "spark.driver.host": "127.0.0.1",
+        "spark.driver.bindAddress": "127.0.0.1",
+        "spark.executorEnv.PYTHONPATH": str(ROOT),
+        "spark.pyspark.python": sys.executable,
+        "spark.cores.max": "2",
+        "spark.executor.cores": "1",
+        "spark.executor.memory": "512m",
+        "spark.driver.extraJavaOptions": FAST_JVM,
+        "spark.executor.extraJavaOptions": FAST_JVM,
+        "spark.python.daemon.module": "jupyter_torchdist._daemon",  # torch imported once per executor
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.log.level": "ERROR",
+    }
+
+
+# Exec'd into spark-class with the parent-death signal set: even if pytest itself is killed, the JVMs go too.
+_TRAMPOLINE = ("import os, sys; from jupyter_torchdist.rank.forking import set_parent_death_signal; "
+               "set_parent_death_signal(); os.getppid() == int(sys.argv[1]) or sys.exit(1); "
+               "os.execv(sys.argv[2], sys.argv[2:])")
+
+
+def _start(cls: str, args: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen:
+    spark_class = os.path.join(env["SPARK_HOME"], "bin", "spark-class")
+    with open(log, "wb") as out:
+        return subprocess.Popen([sys.executable, "-c", _TRAMPOLINE, str(os.getpid()), spark_class, cls, *args],
+                                stdout=out, stderr=subprocess.STDOUT, env=env, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
+
+
+def _wait_for(log: Path, pattern: str, proc: subprocess.Popen, deadline: float) -> re.Match[str]:
+    """Poll a JVM's log for a line (test-side readiness check of an external process)."""
+    regex = re.compile(pattern)
+    while time.monotonic() < deadline:
+        m = regex.search(log.read_text(errors="replace"))
+        if m:
+            return m
+        if proc.poll() is not None:
+            raise RuntimeError(f"{log.name}: exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
+        time.sleep(0.1)
+    raise TimeoutError(f"{log.name}: no {pattern!r} after {START_TIMEOUT_S:.0f} s:\n{log.read_text()[-3000:]}")
+
+
+def stop(c: Cluster) -> list[int]:
+    """SIGTERM the JVMs (a worker stops its executors), then SIGKILL whatever is left. Returns survivors."""
+    family = c.family()
+    for p in c.procs:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGTERM)
+    deadline = time.monotonic() + 15
+    for p in c.procs:
+        try:
+            p.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            pass
+    family |= c.family()
+    for pid in family:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    for p in c.procs:
+        p.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and alive(family):
+        time.sleep(0.1)
+    return sorted(alive(family))
+
+
+def alive(pids: set[int]) -> set[int]:
+    return {pid for pid in pids if process_alive(pid)}
+
+
+def _fake_gpus(workdir: Path, env: dict[str, str], gpus: int) -> None:
+    """Workers that declare ``gpus`` GPUs (a discovery script naming them): Spark schedules them like real
+    ones, which is all a placement test needs (the ranks train on the CPU)."""
+    script = workdir / "gpus.sh"
+    addresses = ", ".join(f'"{i}"' for i in range(gpus))
+    script.write_text(f'#!/bin/sh\necho \'{{"name": "gpu", "addresses": [{addresses}]}}\'\n')
+    script.chmod(0o755)
+    env["SPARK_WORKER_OPTS"] += (f" -Dspark.worker.resource.gpu.amount={gpus}"
+                                 f" -Dspark.worker.resource.gpu.discoveryScript={script}")
+
+
+def start(workdir: Path, workers: int = 2, cores: int = 1, gpus: int = 0) -> Cluster:
+    t0 = time.monotonic()
+    (workdir / "conf").mkdir(parents=True, exist_ok=True)
+    (workdir / "local").mkdir(exist_ok=True)
+    env = spark_env(workdir)
+    if gpus:
+        _fake_gpus(workdir, env, gpus)
+    deadline = time.monotonic() + START_TIMEOUT_S
+    c = Cluster(url="", workdir=workdir)
+    try:
+        master = _start("org.apache.spark.deploy.master.Master",
+                        ["--host", "127.0.0.1", "--port", "0", "--webui-port", "0"], workdir / "master.log", env)
+        c.procs.append(master)
+        c.url = _wait_for(workdir / "master.log", r"Starting Spark master at (spark://\S+)", master, deadline)[1]
+        for i in range(workers):
+            (workdir / f"work-{i}").mkdir(exist_ok=True)
+            c.procs.append(_start("org.apache.spark.deploy.worker.Worker",
+                                  ["--host", "127.0.0.1", "--port", "0", "--webui-port", "0", "--cores", str(cores),
+                                   "--memory", "1g", "--work-dir", str(workdir / f"work-{i}"), c.url],
+                                  workdir / f"worker-{i}.log", env))
+        for i in range(workers):
+            _wait_for(workdir / f"worker-{i}.log", r"Successfully registered with master", c.procs[i + 1], deadline)
+    except BaseException:
+        stop(c)
+        raise
+    c.started_in_s = time.monotonic() - t0
+    return c
+

@@ -1,0 +1,98 @@
+"""A real IPython kernel for tests: execute cells, collect outputs as a front end would see them."""
+from __future__ import annotations
+
+import contextlib
+import os
+import queue
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from jupyter_client.manager import KernelManager
+
+from .procs import descendants_of
+
+
+class Kernel:
+    def __init__(self, extra_env: dict[str, str] | None = None) -> None:
+        env = dict(os.environ)
+        env.update(extra_env or {})
+        self.km = KernelManager(kernel_name="python3")
+        self.km.start_kernel(env=env)
+        self.kc = self.km.client()
+        self.kc.start_channels()
+        self.kc.wait_for_ready(timeout=60)
+        self.pid = self.km.provisioner.process.pid if self.km.provisioner else None
+
+    def execute(self, code: str, timeout: float = 180, interrupt_after: float | None = None) -> dict[str, Any]:
+        """Run a cell; returns {'status', 'outputs', 'error', 'payload', 'seconds'} (display updates applied)."""
+        t0 = time.monotonic()
+        msg_id = self.kc.execute(code)
+        outputs: list[dict[str, Any]] = []
+        by_display: dict[str, int] = {}
+        interrupted = False
+        while True:
+            if interrupt_after is not None and not interrupted and time.monotonic() - t0 > interrupt_after:
+                self.km.interrupt_kernel()
+                interrupted = True
+            try:
+                msg = self.kc.get_iopub_msg(timeout=0.2)
+            except queue.Empty:
+                if time.monotonic() - t0 > timeout:
+                    raise TimeoutError(f"cell did not finish in {timeout}s: {code[:80]!r}") from None
+                continue
+            if msg["parent_header"].get("msg_id") != msg_id:
+                continue
+            kind, content = msg["msg_type"], msg["content"]
+            if kind == "status" and content["execution_state"] == "idle":
+                break
+            if kind in ("stream", "display_data", "execute_result", "error"):
+                out = dict(content, output_type=kind)
+                display_id = content.get("transient", {}).get("display_id")
+                if display_id:
+                    by_display[display_id] = len(outputs)
+                outputs.append(out)
+            elif kind == "update_display_data":
+                display_id = content.get("transient", {}).get("display_id")
+                if display_id in by_display:
+                    outputs[by_display[display_id]] = dict(content, output_type="display_data")
+        reply = self.kc.get_shell_msg(timeout=30)
+        while reply["parent_header"].get("msg_id") != msg_id:
+            reply = self.kc.get_shell_msg(timeout=30)
+        errors = [o for o in outputs if o["output_type"] == "error"]
+        return {"status": reply["content"]["status"], "outputs": outputs, "error": errors[0] if errors else None,
+                "payload": reply["content"].get("payload", []), "seconds": time.monotonic() - t0,
+                "execution_count": reply["content"].get("execution_count")}
+
+    def text(self, result: dict[str, Any]) -> str:
+        """Everything a user would read: streams, plain-text data, error tracebacks."""
+        parts = []
+        for o in result["outputs"]:
+            if o["output_type"] == "stream":
+                parts.append(o["text"])
+            elif o["output_type"] == "error":
+                parts.append("\n".join(o["traceback"]))
+            else:
+                parts.append(str(o.get("data", {}).get("text/plain", "")))
+        return "\n".join(parts)
+
+    def shutdown(self) -> None:
+        try:
+            self.kc.stop_channels()
+        finally:
+            self.km.shutdown_kernel(now=True)
+
+
+@contextlib.contextmanager
+def loaded_kernel(extra_env: dict[str, str] | None = None, setup: str = "") -> Iterator[Kernel]:
+    """A kernel with ``%load_ext jupyter_torchdist`` (and ``setup``) run; at the end, shut down and checked that
+    none of its processes (JVM, Python workers, ranks) outlived it."""
+    k = Kernel(extra_env)
+    try:
+        r = k.execute("%load_ext jupyter_torchdist" + (f"\n{setup}" if setup else ""))
+        assert r["status"] == "ok", k.text(r)
+        yield k
+    finally:
+        pid = k.pid
+        k.shutdown()
+    assert pid is None or not descendants_of(pid), "processes outlived the kernel"

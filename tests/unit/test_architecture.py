@@ -1,0 +1,115 @@
+"""The package's layers stay layered: no import circle, no import from a lower layer to a higher one, Spark
+for launching only under ``launchers/``, and no module outside it asking whether a run is local.
+
+Layers, lowest first (a module imports its own layer and those below): the contract and other foundations,
+the channel, the views, the rank side, the launchers, the data plane, the kernel, the Horovod API, the
+package's front doors. Imports inside functions and under ``TYPE_CHECKING`` count like any other.
+"""
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+PKG = Path(__file__).resolve().parents[2] / "jupyter_torchdist"
+ORDER = ["base", "channel", "views", "rank", "launchers", "data", "kernel", "horovod", "top"]
+_SUBPACKAGES = {"channel", "views", "rank", "launchers", "data", "kernel", "horovod"}
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in PKG.rglob("*.py"):
+        parts = list(path.relative_to(PKG.parent).with_suffix("").parts)
+        if "labextension" in parts or "static" in parts:
+            continue
+        out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return out
+
+
+def _targets(mod: str, node: ast.Import | ast.ImportFrom, is_pkg: bool, mods: dict[str, Path]) -> list[str]:
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names]
+    base = mod.split(".") if is_pkg else mod.split(".")[:-1]
+    prefix = ".".join(base[:len(base) - node.level + 1]) if node.level else ""
+    full = ".".join(x for x in (prefix, node.module or "") if x)
+    return [f"{full}.{a.name}" if f"{full}.{a.name}" in mods else full for a in node.names]
+
+
+def _graph() -> tuple[dict[str, set[str]], dict[str, set[str]]]:
+    """Package imports between our modules, and every import (ours or not) each module makes."""
+    mods, edges, imports = _modules(), {}, {}
+    for mod, path in mods.items():
+        found = [t for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, (ast.Import, ast.ImportFrom))
+                 for t in _targets(mod, node, path.name == "__init__.py", mods)]
+        imports[mod] = set(found)
+        edges[mod] = {t for t in found if t in mods and t != mod}
+    return edges, imports
+
+
+def _layer(mod: str) -> str:
+    parts = mod.split(".")
+    if len(parts) == 1 or parts[1] == "__main__":
+        return "top"
+    if parts[1] == "_daemon":
+        return "launchers"  # Spark's Python daemon module: a launcher's part, at the path Spark's conf names
+    return parts[1] if parts[1] in _SUBPACKAGES else "base"
+
+
+def _circles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in edges.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while not comp or comp[-1] != v:
+                comp.append(stack.pop())
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_the_import_graph_has_no_circle():
+    assert _circles(_graph()[0]) == []
+
+
+def test_no_layer_imports_a_higher_one():
+    edges, _ = _graph()
+    up = [f"{a} -> {b}" for a, ts in edges.items() for b in ts if ORDER.index(_layer(b)) > ORDER.index(_layer(a))]
+    assert up == []
+
+
+def test_the_checks_above_can_fail():
+    assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == [["a", "b", "c"]]
+    assert _layer("jupyter_torchdist.rank.main") == "rank" and _layer("jupyter_torchdist.contract") == "base"
+    assert ORDER.index(_layer("jupyter_torchdist.kernel.run")) > ORDER.index(_layer("jupyter_torchdist.launchers"))
+
+
+def test_pyspark_is_imported_only_by_launchers_and_the_data_plane():
+    """Launching is the launchers' job; data/ uses DataFrame operations on the user's DataFrames."""
+    _, imports = _graph()
+    users = {m for m, names in imports.items() if any(n == "pyspark" or n.startswith("pyspark.") for n in names)}
+    assert users, "the scan found no pyspark import at all: it is broken"
+    assert {m for m in users if _layer(m) not in ("launchers", "data")} == set()
+
+
+def test_only_launchers_ask_whether_a_run_is_local():
+    asking = re.compile(r"\boptions\.local\b|\.local\s*(?:==|!=|\bif\b)|get_launcher\(")
+    found = [str(p.relative_to(PKG)) for p in PKG.rglob("*.py")
+             if p.parent.name != "launchers" and p.name != "options.py" and asking.search(p.read_text())]
+    assert found == []

@@ -1,0 +1,67 @@
+"""Refusals before anything launches on a Spark cluster, faked (the checks only read the session's master and
+conf): dynamic allocation, too few slots, GPUs without GPU scheduling; and where the channel listens."""
+from __future__ import annotations
+
+import pytest
+
+from jupyter_torchdist.errors import LaunchError
+from jupyter_torchdist.launchers import spark as spark_mod
+from jupyter_torchdist.options import RunOptions
+
+
+# -- a cluster, faked: the checks only read the session's master and conf ------------------------------
+class _Conf(dict):
+    def get(self, key, default=None):  # SparkConf.get(key, default)
+        return super().get(key, default)
+
+    def getAll(self):  # SparkConf.getAll(): [(key, value), ...]
+        return list(self.items())
+
+
+class _Context:
+    def __init__(self, master: str, conf: dict[str, str], parallelism: int) -> None:
+        self.master, self._conf, self.defaultParallelism = master, _Conf(conf), parallelism
+
+    def getConf(self) -> _Conf:
+        return self._conf
+
+
+class _Session:
+    def __init__(self, master: str, conf: dict[str, str], parallelism: int = 8) -> None:
+        self.sparkContext = _Context(master, conf, parallelism)
+
+
+def _prepare(monkeypatch, session: _Session, **options):
+    monkeypatch.setattr(spark_mod, "get_session", lambda: (session, False))
+    return spark_mod.SparkLauncher().prepare(RunOptions(**options))
+
+
+def test_dynamic_allocation_on_a_cluster_is_refused(monkeypatch):
+    session = _Session("spark://10.0.0.1:7077", {"spark.dynamicAllocation.enabled": "true"})
+    with pytest.raises(LaunchError) as info:
+        _prepare(monkeypatch, session, n=2)
+    assert "spark.dynamicAllocation.enabled=false" in str(info.value)
+
+
+def test_dynamic_allocation_is_fine_on_a_local_master(monkeypatch):
+    info = _prepare(monkeypatch, _Session("local[4]", {"spark.dynamicAllocation.enabled": "true"}), n=2)
+    assert info.channel_host == "127.0.0.1" and info.loopback
+
+
+def test_cluster_slots_error_names_the_cluster_keys(monkeypatch):
+    with pytest.raises(LaunchError) as info:
+        _prepare(monkeypatch, _Session("spark://10.0.0.1:7077", {}, parallelism=2), n=3)
+    for key in ("spark.executor.cores", "spark.cores.max", "spark.executor.instances", "spark.task.cpus"):
+        assert key in str(info.value)
+
+
+def test_cluster_gpu_needs_gpu_scheduling_keys(monkeypatch):
+    with pytest.raises(LaunchError) as info:
+        _prepare(monkeypatch, _Session("spark://10.0.0.1:7077", {"spark.driver.host": "10.0.0.2"}), n=2, gpu=True)
+    for key in ("spark.task.resource.gpu.amount", "spark.executor.resource.gpu.amount",
+                "spark.executor.resource.gpu.discoveryScript"):
+        assert key in str(info.value)
+    info = _prepare(monkeypatch, _Session("spark://10.0.0.1:7077", {"spark.driver.host": "10.0.0.2",
+                                                                     "spark.task.resource.gpu.amount": "1"}),
+                    n=2, gpu=True)
+    assert info.channel_host == "10.0.0.2" and not info.loopback  # the channel listens where executors reach

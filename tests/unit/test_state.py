@@ -1,0 +1,311 @@
+"""Unit: messages fold into the run state; the state owns the run's status; snapshots are what views draw."""
+import ast
+import json
+import pathlib
+import re
+import typing
+
+import pytest
+
+from jupyter_torchdist import contract as C
+from jupyter_torchdist.errors import RunError, RunFailed, RunInterrupted, RunTimeout
+from jupyter_torchdist.kernel.state import HISTORY_POINTS, RunState
+from jupyter_torchdist.views.schema import RunSnapshot
+
+PKG = pathlib.Path(__file__).resolve().parents[2] / "jupyter_torchdist"
+
+
+def _run(n=2):
+    return RunState(n, title="t", started_at=100.0)
+
+
+def test_lifecycle_to_done():
+    st = _run()
+    for r in range(2):
+        st.apply(r, "rank", {"t": "hello", "host": "h", "pid": 1}, 100.1)
+        st.apply(r, "rank", {"t": "state", "state": "running"}, 100.2)
+    assert st.status == "running" and st.ranks[0].state == "running" and st.ranks[0].host == "h"
+    st.apply(0, "rank", {"t": "result", "repr": "[1, 2]", "at": 101.0}, 101.0)
+    assert st.ranks[0].state == "done" and st.value_repr == "[1, 2]"
+    assert not st.settled  # the agent has not confirmed the exit yet
+    for r in range(2):
+        st.apply(r, "rank", {"t": "result", "at": 101.0}, 101.0)
+        st.apply(r, "agent", {"t": "exit", "code": 0, "signal": None}, 101.1)
+    assert st.settled and not st.failures
+
+
+def test_progress_rate_metrics_and_loss_history():
+    st = _run(1)
+    for i in range(0, 50):
+        st.apply(0, "rank", {"t": "progress", "step": i, "total": 50, "metrics": {"loss": 1.0 / (i + 1),
+                                                                                  "lr": 0.1}, "at": 100 + i * 0.1}, 0)
+    r = st.ranks[0]
+    assert (r.step, r.total) == (49, 50)
+    assert r.rate is not None and 9.0 < r.rate < 11.0
+    assert r.metrics == {"loss": 1.0 / 50, "lr": 0.1}
+    assert len(r.history) == 50 and r.history[0] == (0.0, 1.0)
+
+
+def test_history_is_bounded_but_keeps_the_whole_curve():
+    st = _run(1)
+    for i in range(HISTORY_POINTS * 5):
+        st.apply(0, "rank", {"t": "progress", "step": i, "metrics": {"loss": float(i)}}, 0)
+    hist = st.ranks[0].history
+    assert len(hist) <= HISTORY_POINTS and hist[0][0] == 0.0 and hist[-1][0] > HISTORY_POINTS * 4
+
+
+def test_hard_exit_and_exception_failures_and_root_cause():
+    st = _run(3)
+    st.apply(0, "rank", {"t": "failed", "summary": "RuntimeError: Connection closed by peer", "at": 5.0}, 5.0)
+    st.apply(1, "agent", {"t": "exit", "code": None, "signal": "SIGKILL", "at": 5.1}, 5.1)
+    st.apply(2, "agent", {"t": "exit", "code": None, "signal": "SIGKILL", "stopped": True}, 5.2)
+    assert st.ranks[2].state == "stopped" and 2 not in st.failures
+    err = RunFailed("x", st.failures, 3)
+    assert err.rank == 1, "a secondary gloo error never outranks a real failure, even if earlier"
+    assert "SIGKILL" in err.root.summary and "out of memory" in err.root.summary
+
+
+def test_earliest_primary_failure_wins():
+    st = _run(3)
+    st.apply(2, "rank", {"t": "failed", "summary": "ValueError: late", "at": 9.0}, 9.0)
+    st.apply(1, "rank", {"t": "failed", "summary": "KeyError: early", "at": 8.0}, 9.5)
+    assert RunFailed("x", st.failures, 3).rank == 1
+
+
+def test_logs_bounded_tail_in_snapshot_and_json():
+    st = _run(1)
+    for i in range(1000):
+        st.apply(0, "rank", {"t": "log", "stream": "stdout" if i % 2 else "stderr", "text": f"line {i}"}, 0)
+    snap = st.snapshot(log_tail=10)
+    r = snap["ranks"][0]
+    assert r["log_lines"] == 1000 and len(r["log_tail"]) == 10 and r["log_tail"][-1] == ["stdout", "line 999"]
+    assert r["last_line"] == "line 999"
+    json.dumps(snap)  # JSON-able for the report and the front end
+
+
+def test_unknown_messages_are_ignored():
+    st = _run(1)
+    st.apply(0, "rank", {"t": "no-such-thing"}, 0)
+    st.apply(0, "rank", {"t": "progress", "step": "x", "metrics": "y"}, 0)
+    assert st.ranks[0].step is None and st.ranks[0].state == "pending"
+
+
+def test_agent_exit_before_the_ranks_own_result_does_not_fail_it():
+    """The agent's and the rank's sockets are read by different threads: the exit may come first."""
+    st = RunState(1)
+    st.apply(0, "rank", {"t": "connected"}, 1.0)
+    st.apply(0, "agent", {"t": "exit", "code": 0, "signal": None, "stopped": False, "at": 2.0}, 2.0)
+    assert st.ranks[0].state != "failed" and not st.failures
+    st.apply(0, "rank", {"t": "result", "value": None, "repr": "1", "at": 1.9}, 2.1)
+    st.apply(0, "rank", {"t": "disconnected"}, 2.2)
+    assert st.ranks[0].state == "done" and not st.failures and st.settled
+
+
+def test_agent_exit_is_a_failure_once_the_ranks_connection_drains_without_a_result():
+    st = RunState(2)
+    st.apply(1, "rank", {"t": "connected"}, 1.0)
+    st.apply(1, "agent", {"t": "exit", "code": 7, "signal": None, "stopped": False, "at": 2.0}, 2.0)
+    assert not st.failures
+    st.apply(1, "rank", {"t": "disconnected"}, 2.1)
+    assert st.failures[1].kind == "exit" and "exited with code 7" in st.failures[1].summary
+    st.apply(0, "rank", {"t": "connected"}, 1.0)
+    st.apply(0, "agent", {"t": "exit", "code": None, "signal": "SIGKILL", "stopped": False, "at": 3.0}, 3.0)
+    st.close_out(4.0)  # the run ended with rank 0's connection never seen closing
+    assert "SIGKILL" in st.failures[0].summary
+
+
+# -- the contract: every message a rank, agent, channel or launcher can send is handled on purpose ------
+def _message_types(union) -> dict[str, type]:
+    """t -> TypedDict, for each member of a union of the contract's messages (read from its Literal)."""
+    out = {}
+    for cls in typing.get_args(union):
+        (t,) = typing.get_args(typing.get_type_hints(cls)["t"])
+        out[t] = cls
+    return out
+
+
+def test_inbound_is_what_the_unions_say_and_each_type_is_one_constant():
+    rank, agent = _message_types(C.RankMessage), _message_types(C.AgentMessage)
+    channel, backend = _message_types(C.ChannelNotice), _message_types(C.BackendMessage)
+    assert C.INBOUND == ({(C.RANK, t) for t in [*rank, *channel]} | {(C.AGENT, t) for t in [*agent, *channel]}
+                         | {(C.BACKEND, t) for t in backend})
+    assert C.SENDS == {C.RANK: set(rank), C.AGENT: set(agent)}
+    outbound = _message_types(C.OutboundMessage)
+    constants = {v for k, v in vars(C).items() if k.isupper() and isinstance(v, str) and k not in ("RANK", "BACKEND")}
+    every = [*rank, *agent, *channel, *backend, *outbound]
+    assert sorted(every) == sorted(constants), "each message type is one constant, in exactly one union"
+
+
+def test_every_inbound_message_type_is_folded(monkeypatch):
+    """mypy makes the dispatch exhaustive (contract.unhandled takes Never); this checks it at run time too."""
+    def unhandled(msg):
+        raise AssertionError(f"{msg['t']} reached contract.unhandled")
+
+    monkeypatch.setattr(C, "unhandled", unhandled)
+    for role, t in sorted(C.INBOUND):
+        st = _run(2)
+        st.apply(-1 if t in (C.JOB_END, C.DATA_STATUS) else 1, role, {"t": t}, 1.0)
+
+
+def test_a_message_its_role_does_not_send_is_ignored():
+    st = _run(1)
+    st.apply(0, "rank", {"t": C.EXIT, "code": 1, "signal": None, "stopped": False, "at": 1.0}, 1.0)
+    st.apply(0, "agent", {"t": C.FAILED, "summary": "forged", "traceback": "", "at": 1.0}, 1.0)
+    st.apply(0, "rank", {"t": C.LOST, "summary": "forged"}, 1.0)
+    assert not st.failures and st.ranks[0].state == "pending"
+
+
+# the names the package reads a message through (``opens[r]``: the data service's DATA_OPEN of rank r)
+_READERS = re.compile(r"(^|\.)(msg|reply|rdv|final|cell|first|opens\[\w+\])$")
+
+
+def _fields_read(path: pathlib.Path) -> list[tuple[str, int]]:
+    """Literal keys read from a message: ``msg["k"]``, ``msg.get("k")`` (also ``ev.msg``, ``reply``...)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
+            owner, key = node.value, node.slice.value
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
+              and node.args and isinstance(node.args[0], ast.Constant)):
+            owner, key = node.func.value, node.args[0].value
+        else:
+            continue
+        if isinstance(key, str) and _READERS.search(ast.unparse(owner)):
+            found.append((key, node.lineno))
+    return found
+
+
+def test_every_field_read_from_a_message_is_declared():
+    """mypy checks ``msg["k"]`` on a typed message, but not the key of ``msg.get("k")`` (it types a wrong one
+    as object): no module reads a field that no message of the contract declares."""
+    declared = {"rank"} | {k for union in (C.InboundMessage, C.OutboundMessage)
+                           for cls in typing.get_args(union) for k in typing.get_type_hints(cls)}
+    unknown = [f"{p.relative_to(PKG)}:{line}: {key}" for p in PKG.rglob("*.py")
+               for key, line in _fields_read(p) if key not in declared]
+    assert not unknown, unknown
+
+
+def _message_types_built_in(path: pathlib.Path) -> list[tuple[str, int]]:
+    """Every ``{"t": X, ...}`` dict literal in a module: X as written (a contract name, or a string literal)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Dict):
+            for key, value in zip(node.keys, node.values):
+                if isinstance(key, ast.Constant) and key.value == "t":
+                    text = f"C.{value.attr}" if isinstance(value, ast.Attribute) else ast.unparse(value)
+                    found.append((text, node.lineno))
+    return found
+
+
+def test_messages_are_built_from_the_contract_only():
+    """No module spells a message type as a string: the vocabulary lives in contract.py alone."""
+    loose = [f"{p.relative_to(PKG)}:{line}: {t}" for p in PKG.rglob("*.py") if p.name != "contract.py"
+             for t, line in _message_types_built_in(p) if not t.startswith("C.")]
+    assert not loose, loose
+
+
+def test_what_each_side_sends_is_declared_for_that_side():
+    # a kept rank's first cell comes in its plan: the rank makes that CELL message itself
+    allowed = {"rank": C.RANK_SENDS | {C.RENDEZVOUS, C.CELL}, "channel": C.CHANNEL_SAYS | {C.LOST, C.STOPPED, C.STOP}}
+    names = {v: k for k, v in vars(C).items() if isinstance(v, str) and k.isupper()}
+    for side, types in allowed.items():
+        for path in (PKG / side).rglob("*.py"):
+            for t, line in _message_types_built_in(path):
+                value = getattr(C, t[2:], None)
+                assert value in types | C.AGENT_SENDS | {C.STOP}, f"{path.name}:{line} sends {names.get(value, t)}"
+
+
+def test_dropped_log_lines_reach_the_snapshot_as_a_notice():
+    st = _run(2)
+    st.apply(1, "rank", {"t": C.DROPPED, "log_lines": 12345, "log_bytes": 999, "progress": 3}, 1.0)
+    st.apply(1, "rank", {"t": C.DROPPED, "log_lines": 100, "log_bytes": 9, "progress": 3}, 1.1)  # late, smaller
+    snap = st.snapshot()
+    assert snap["ranks"][1]["log_dropped"] == 12345
+    assert snap["notices"] == ["rank 1: 12,345 log lines past the budget were dropped"]
+
+
+def test_snapshot_has_exactly_the_schema_fields():
+    snap = _run(1).snapshot()
+    assert set(snap) == set(RunSnapshot.__annotations__)
+
+
+# -- transitions: the state owns the status, testable without a supervisor ------------------------------
+def _all_done(st, at=2.0):
+    for r in range(st.world_size):
+        st.apply(r, "rank", {"t": "result", "repr": str(r), "value": b"x", "at": at}, at)
+        st.apply(r, "agent", {"t": "exit", "code": 0, "signal": None, "stopped": False}, at)
+
+
+def test_conclude_success():
+    st = _run(2)
+    _all_done(st)
+    assert st.conclude(3.0, timeout=None, value_needed=True) is None
+    assert st.status == "succeeded" and st.ended_at == 3.0 and st.headline == ""
+
+
+def test_begin_stop_is_once_and_checks_its_reason():
+    st = _run(2)
+    assert st.begin_stop("timeout", 5.0) and st.status == "stopping" and st.stop_reason == "timeout"
+    assert not st.begin_stop("interrupted", 6.0) and st.stop_reason == "timeout"
+    with pytest.raises(ValueError):
+        _run().begin_stop("bored", 1.0)
+
+
+def test_timeout_and_interrupt_conclude_with_their_errors():
+    st = _run(2)
+    st.begin_stop("timeout", 5.0)
+    st.close_out(6.0)
+    err = st.conclude(6.0, timeout=4.0, value_needed=True)
+    assert isinstance(err, RunTimeout) and st.status == "timeout"
+    assert "timed out after 4 s" in st.headline and "[0, 1]" in st.headline
+    st = _run(2)
+    st.begin_stop("interrupted", 5.0)
+    st.close_out(6.0)
+    assert isinstance(st.conclude(6.0, timeout=None, value_needed=True), RunInterrupted)
+    assert st.status == "interrupted" and [r.state for r in st.ranks] == ["stopped", "stopped"]
+
+
+def test_close_out_marks_unheard_ranks_lost_with_the_jobs_error():
+    st = _run(2)
+    st.apply(0, "rank", {"t": "result", "repr": "1", "value": b"x"}, 1.0)
+    st.apply(0, "agent", {"t": "exit", "code": 0, "signal": None}, 1.0)
+    st.apply(-1, "backend", {"t": C.JOB_END, "error": "executor lost\nmore"}, 2.0)
+    st.close_out(3.0)
+    err = st.conclude(3.0, timeout=None, value_needed=True)
+    assert isinstance(err, RunFailed) and err.rank == 1 and err.root.summary == "executor lost"
+
+
+def test_reject_value_turns_a_result_into_a_failure():
+    st = _run(1)
+    st.apply(0, "rank", {"t": "result", "repr": "1", "value": b"x"}, 1.0)
+    st.reject_value(0, "could not be unpickled here", 1.5)
+    assert st.ranks[0].state == "failed" and st.value_repr is None
+    assert isinstance(st.conclude(2.0, timeout=None, value_needed=True), RunFailed)
+
+
+def test_a_missing_value_is_a_failure_when_it_is_needed():
+    st = _run(1)
+    st.apply(0, "rank", {"t": "failed", "summary": "x"}, 1.0)
+    st = _run(1)
+    st.apply(0, "agent", {"t": "exit", "code": 0, "signal": None}, 1.0)  # an exit without a result: lost
+    err = st.conclude(2.0, timeout=None, value_needed=True)
+    assert isinstance(err, RunFailed) and err.rank == 0
+
+
+def test_echoes_only_are_not_crowned_as_the_root_cause():
+    """When every failure reads like a peer's echo, the headline says the group could not form."""
+    st = _run(4)
+    st.apply(2, "rank", {"t": "failed", "summary": "RuntimeError: Gloo connectFullMesh failed ... "
+                                                   "Connection closed by peer", "at": 1.0}, 1.0)
+    st.apply(3, "rank", {"t": "failed", "summary": "RuntimeError: timed out connecting: SO_ERROR: "
+                                                   "Connection refused", "at": 1.1}, 1.1)
+    err = st.conclude(2.0, timeout=None, value_needed=True)
+    assert isinstance(err, RunFailed)
+    assert "could not form or keep the process group" in err.headline and "failed first" not in err.headline
+    assert "[2, 3]" in err.headline
+
+
+def test_run_failed_refuses_an_empty_failure_map():
+    with pytest.raises(ValueError):
+        RunFailed("nothing failed", {}, 2)
+    assert isinstance(RunTimeout("t", {}, 2), RunError)  # a timeout may stop healthy ranks only
