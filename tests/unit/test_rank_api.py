@@ -60,4 +60,7 @@ def _alloc_faults(tune: bool) -> int:
 def test_the_rank_allocator_reuses_freed_tensor_memory():
     """Fixed malloc thresholds: a loop that frees and reallocates activations does not fault them back in."""
     tuned, untuned = _alloc_faults(tune=True), _alloc_faults(tune=False)
-    assert tuned < 5_000 and tuned * 20 < untuned, (tuned, untuned)  # measured: about 1,000 against 400,000
+    # Re-faulting every step is about 400,000 faults (200 steps x 2 tensors x 1,024 pages). Tuned, what is left is
+    # the heap's first growth: 1 to 5 tensors' worth (1,024 faults each), varying with the heap's layout, which
+    # moves with whatever else the process imported (measured 1,033 to 5,129).
+    assert tuned < 10_000 and tuned * 40 < untuned, (tuned, untuned)
