@@ -220,9 +220,13 @@ class StoppedMsg(TypedDict):
     t: Literal["stopped"]
 
 
-class JobEndMsg(TypedDict):
+class _JobEnd(TypedDict):
     t: Literal["job_end"]
     error: str | None
+
+
+class JobEndMsg(_JobEnd, total=False):
+    notice: str           # what the launcher wants the user to know about the run (shown with the state's notes)
 
 
 class DataStatusMsg(TypedDict):
@@ -334,6 +338,8 @@ class RunPlan:
     pg_timeout_s: float = 1800.0
     tls: TLSPin | None = None  # the run's pinned certificate when the channel runs over TLS
     keep: bool = False         # kept ranks: after the payload, wait for CELL messages instead of exiting
+    probe_s: float | None = None  # the tasks first check they reach the channel (this long) and agree on a mode
+    offline: bool = False      # the tasks cannot reach the kernel: rank 0's task relays (launchers/relay.py)
 
 
 @dataclass(frozen=True)
@@ -346,6 +352,8 @@ class LaunchInfo:
     warnings: tuple[str, ...] = ()      # said once before the run starts (e.g. Spark encrypts, we do not)
     watcher: str = "the agent process"  # what runs beside each rank, in words ("the Spark task")
     lost_hint: str = ""                 # where to look when a watcher is lost ("The executor's log says why.")
+    advertise: tuple[str, int | None] | None = None  # the address ranks dial, where it is not where the kernel
+    #                                                  listens (NAT, a proxy); None for the port: the same port
 
 
 @dataclass(frozen=True)

@@ -92,8 +92,15 @@ class RankSet:
         for rank in range(self.options.n):
             self.server.send(rank, C.RANK, msg)
 
+    def _address(self) -> tuple[str, int]:
+        """Where the ranks dial: where the channel listens, unless the launcher advertises another address."""
+        if self.info.advertise is None:
+            return self.server.address
+        host, port = self.info.advertise
+        return host, port if port is not None else self.server.address[1]
+
     def _plan(self, payload: bytes, filename: str, source: str, options: RunOptions) -> RunPlan:
-        return RunPlan(run_id=self.run_id, world_size=options.n, address=self.server.address,
+        return RunPlan(run_id=self.run_id, world_size=options.n, address=self._address(),
                        secret=self.server.secret, payload=payload, filename=filename, source=source,
                        gpu=options.gpu, threads=options.backend_threads, max_value_bytes=options.max_value_bytes,
                        all_ranks=options.all_ranks, loopback=self.info.loopback, tls=self.server.tls_pin,

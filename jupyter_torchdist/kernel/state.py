@@ -36,6 +36,9 @@ class RunState(RunLifecycle):
             return
         if msg["t"] == C.JOB_END:
             self.job_ended_at, self.job_error = at, msg.get("error")
+            notice = msg.get("notice")
+            if notice and notice not in self.notes:
+                self.notes.append(notice)
         elif msg["t"] == C.DATA_STATUS:
             fold_data_status(self.data, msg)
         elif rank >= 0:

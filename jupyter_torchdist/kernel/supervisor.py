@@ -24,7 +24,7 @@ from ..errors import RunError
 from ..launchers.base import Launcher
 from ..options import RunOptions
 from ..views import RunView
-from .rendezvous import plan_rendezvous
+from ..rendezvous import plan_rendezvous
 from .state import RunState
 
 __all__ = ["Supervisor", "plain_sigint", "FRAME_S"]

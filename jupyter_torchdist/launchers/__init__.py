@@ -42,9 +42,10 @@ def data_plane(session: Any) -> DataPlane:
 
 
 def warm_up() -> None:
-    """Start what the default backend needs in the background (``%load_ext``), if it can be had."""
-    try:
-        from .spark_session import warm_up_async
-    except ImportError:
-        return  # no pyspark: --local still works
-    warm_up_async()
+    """Start what the default backend needs in the background (``%load_ext``): the embedded Spark session, unless
+    the notebook already holds a Spark Connect session (its server's executors are the server's to warm)."""
+    from .connect import connect_session
+    from .spark_session import warm_up_async
+
+    if connect_session() is None:
+        warm_up_async()

@@ -8,11 +8,14 @@ barrier=True)``, tagged so that a cancel interrupts this operation and no other 
 from __future__ import annotations
 
 import functools
+import json
 import os
+import pickle
 import queue
 import secrets
 import socket
 import sys
+from dataclasses import replace
 from typing import Any, Final
 from urllib.parse import urlparse
 
@@ -26,12 +29,21 @@ from .base import Capacity, Launcher
 from .spark_jobs import error_summary, held_slots, hold, release, submit_job
 from .spark_session import local_slots
 
-__all__ = ["ConnectLauncher", "connect_session", "connect_conf", "CHANNEL_HOST_CONF", "CHANNEL_HOST_ENV"]
+__all__ = ["ConnectLauncher", "connect_session", "connect_conf", "CHANNEL_HOST_CONF", "CHANNEL_HOST_ENV",
+           "CHANNEL_ADVERTISE_CONF", "CHANNEL_ADVERTISE_ENV", "PROBE_S"]
 
 CHANNEL_HOST_CONF: Final = "spark.jupyter_torchdist.channel.host"
 CHANNEL_HOST_ENV: Final = "JUPYTER_TORCHDIST_CHANNEL_HOST"
-_END_SCHEMA: Final = "rank long, code long, signal string, stopped boolean"
+CHANNEL_ADVERTISE_CONF: Final = "spark.jupyter_torchdist.channel.advertise"
+CHANNEL_ADVERTISE_ENV: Final = "JUPYTER_TORCHDIST_CHANNEL_ADVERTISE"
+PROBE_S: Final = 3.0  # how long a task tries to reach the kernel's channel before the run goes offline
+_END_SCHEMA: Final = "rank long, code long, signal string, stopped boolean, mode string, events binary"
 _LOOPBACK: Final = ("localhost", "127.0.0.1", "::1", "")
+_reachable: dict[tuple[str, ...], bool] = {}  # (server, channel address) -> the executors reached the kernel
+OFFLINE = ("live progress is unavailable: the executors could not reach this kernel at {address}, so the value, "
+           "each rank's end, its traceback and the tail of its log came back when the run ended. Set "
+           f"{CHANNEL_HOST_CONF} (or {CHANNEL_ADVERTISE_CONF} when the executors must dial another address, behind "
+           "NAT or a proxy) to an address of this machine they can reach for the live view, Stop and kept ranks.")
 
 
 def connect_session() -> Any | None:
@@ -46,8 +58,42 @@ def connect_session() -> Any | None:
     return SparkSession.getActiveSession()
 
 
+def _reaches(address: tuple[str, int], timeout: float) -> bool:
+    try:
+        socket.create_connection(address, timeout=timeout).close()
+        return True
+    except OSError:
+        return False
+
+
+def _offline(ctx: Any, plan: RunPlan) -> bool:
+    """Whether this run goes offline: it was known to, or some task cannot reach the channel (all agree)."""
+    if plan.offline or plan.probe_s is None:
+        return plan.offline
+    ok = _reaches(plan.address, plan.probe_s)
+    return "0" in ctx.allGather("1" if ok else "0")
+
+
+def _relayed(ctx: Any, plan: RunPlan, rank: int) -> tuple[RunPlan, Any]:
+    """Rank 0's task opens the relay; every task learns where it listens. The plan the agents then use."""
+    from .relay import Relay
+
+    if plan.keep:
+        raise RuntimeError("kept ranks need the live channel, and the executors cannot reach this kernel at "
+                           f"{plan.address[0]}:{plan.address[1]}: set {CHANNEL_HOST_CONF} (or "
+                           f"{CHANNEL_ADVERTISE_CONF}) to an address of the notebook's machine they can reach")
+    relay = None
+    if rank == 0:
+        host = ctx.getTaskInfos()[0].address.rsplit(":", 1)[0]
+        relay = Relay(replace(plan, tls=None), host)
+        relay.start()
+    where = json.loads(ctx.allGather(json.dumps(list(relay.address) if relay else None))[0])
+    return replace(plan, address=(str(where[0]), int(where[1])), tls=None, probe_s=None), relay
+
+
 def _rank_task(plan: RunPlan, local_gpus: list[str] | None, batches: Any) -> Any:
-    """One barrier task: rank = partition id. Forks the rank and watches it (``rank.agent``); one row: its end."""
+    """One barrier task: rank = partition id. Forks the rank and watches it (``rank.agent``); one row: its end
+    (and, from rank 0's task of an offline run, what the relay recorded)."""
     import pyarrow as pa
     from pyspark import BarrierTaskContext
 
@@ -58,9 +104,27 @@ def _rank_task(plan: RunPlan, local_gpus: list[str] | None, batches: Any) -> Any
     ctx = BarrierTaskContext.get()
     rank = ctx.partitionId()
     gpu = pick_gpu(rank, ctx.resources(), local_gpus) if plan.gpu else None
+    offline = _offline(ctx, plan)
+    relay = None
+    if offline:
+        plan, relay = _relayed(ctx, plan, rank)
     end = run_agent(plan, rank, gpu)
+    events = pickle.dumps(relay.finish()) if relay is not None else None
     yield pa.RecordBatch.from_pylist([{"rank": rank, "code": end.get("code"), "signal": end.get("signal"),
-                                       "stopped": bool(end.get("stopped"))}])
+                                       "stopped": bool(end.get("stopped")),
+                                       "mode": "offline" if offline else "online", "events": events}])
+
+
+def _advertised(spark: Any) -> tuple[str, int | None] | None:
+    """The address ranks dial when it is not where the kernel listens: "host" or "host:port"."""
+    text = os.environ.get(CHANNEL_ADVERTISE_ENV, "").strip() or (connect_conf(spark, CHANNEL_ADVERTISE_CONF) or "")
+    text = text.strip()
+    if not text:
+        return None
+    host, sep, port = text.rpartition(":")
+    if sep and port.isdigit() and "]" not in port:
+        return host.strip("[]"), int(port)
+    return text.strip("[]"), None
 
 
 def connect_conf(spark: Any, key: str) -> str | None:
@@ -111,6 +175,7 @@ class ConnectLauncher(Launcher):
         self._tag: str | None = None
         self._local_gpus: list[str] | None = None
         self._master = ""
+        self._key: tuple[str, ...] = ()
 
     def _session(self) -> Any:
         spark = connect_session()
@@ -127,14 +192,17 @@ class ConnectLauncher(Launcher):
         self._check_slots(options.n)
         if options.gpu:
             self._check_gpus(options, spark, local)
-        host = channel_host(spark, server, local)
+        host, advertise = channel_host(spark, server, local), _advertised(spark)
+        self._key = (server, host, repr(advertise))
+        if options.keep and _reachable.get(self._key) is False:
+            raise LaunchError(OFFLINE.format(address=advertise or host).replace(
+                "live progress is unavailable", "kept ranks cannot run here", 1))
         tls_on = tls_requested(lambda key: connect_conf(spark, key))
         warning = plaintext_warning(lambda key: connect_conf(spark, key), tls_on)
-        loopback = host == "127.0.0.1"
         return LaunchInfo(label=f"spark connect {server or '?'}" + (f" ({self._master})" if self._master else ""),
-                          channel_host=host, loopback=loopback, channel_tls=tls_on,
+                          channel_host=host, loopback=host == "127.0.0.1" and advertise is None, channel_tls=tls_on,
                           warnings=(warning,) if warning else (), watcher="the Spark task (its Python worker)",
-                          lost_hint="The executor's log says why.")
+                          lost_hint="The executor's log says why.", advertise=advertise)
 
     def _check_slots(self, n: int) -> None:
         slots = self.capacity().slots
@@ -162,16 +230,18 @@ class ConnectLauncher(Launcher):
                         where=f"this Spark Connect session ({master or 'a remote server'})")
 
     def start(self, plan: RunPlan, inbox: queue.SimpleQueue[Inbound]) -> None:
-        spark = self._spark
+        spark, key = self._spark, self._key
         tag = self._tag = f"jupyter-torchdist-{plan.run_id}-{secrets.token_hex(3)}"
+        known = _reachable.get(key)
+        plan = replace(plan, probe_s=PROBE_S if known is None else None, offline=known is False)
         task = functools.partial(_rank_task, plan, self._local_gpus)
 
         def job() -> None:
-            error = None
+            error, rows = None, []
             try:
                 spark.addTag(tag)  # thread-local in the Connect client: only this operation carries it
                 n = plan.world_size
-                spark.range(0, n, 1, n).mapInArrow(task, _END_SCHEMA, barrier=True).collect()
+                rows = spark.range(0, n, 1, n).mapInArrow(task, _END_SCHEMA, barrier=True).collect()
             except BaseException as exc:
                 error = _describe(exc)
             finally:
@@ -180,7 +250,7 @@ class ConnectLauncher(Launcher):
                     spark.removeTag(tag)
                 except Exception:
                     pass
-            inbox.put(Inbound(-1, C.BACKEND, {"t": C.JOB_END, "error": error}))
+            inbox.put(Inbound(-1, C.BACKEND, _ended(rows, error, key, plan, inbox)))
 
         if plan.keep:
             hold(plan.run_id, plan.world_size)
@@ -192,6 +262,23 @@ class ConnectLauncher(Launcher):
                 self._spark.interruptTag(self._tag)
             except Exception:
                 pass
+
+
+def _ended(rows: list[Any], error: str | None, key: tuple[str, ...], plan: RunPlan,
+           inbox: queue.SimpleQueue[Inbound]) -> C.JobEndMsg:
+    """The job's end: an offline run's record replayed into the inbox first (the kernel folds it as if it had
+    come live), and what was learnt about reaching the kernel remembered for the next run."""
+    end: C.JobEndMsg = {"t": C.JOB_END, "error": error}
+    if not rows:
+        return end
+    offline = any(row["mode"] == "offline" for row in rows)
+    _reachable[key] = not offline
+    for row in rows:
+        for ev in pickle.loads(row["events"]) if row["events"] else ():
+            inbox.put(ev)
+    if offline:
+        end["notice"] = OFFLINE.format(address=f"{plan.address[0]}:{plan.address[1]}")
+    return end
 
 
 def _describe(exc: BaseException) -> str:

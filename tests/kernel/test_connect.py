@@ -130,3 +130,32 @@ def test_batches_stream_a_connect_dataframe_with_the_transform_on_the_executors(
                                                "for v in b['x']]", timeout=300))
     assert sorted(shuffled[0] + shuffled[1]) == [float(i) for i in range(96)]  # every row exactly once
     assert shuffled[0] != sorted(shuffled[0])  # in a shuffled order
+
+
+def test_an_unreachable_channel_still_brings_back_the_value_tracebacks_and_logs(kernel):
+    """The executors dial an address nothing listens on (as behind NAT): the run goes offline within seconds,
+    rank 0's task relays, and the value, each rank's end, traceback and log tail come back with the rows."""
+    _ok(kernel, "import socket\ns = socket.socket(); s.bind(('127.0.0.1', 0)); closed = s.getsockname()[1]; s.close()\n"
+                "spark.conf.set('spark.jupyter_torchdist.channel.advertise', f'127.0.0.1:{closed}')")
+    try:
+        r = kernel.execute("%%distribute -n 2\nimport torch, torch.distributed as dist\n"
+                           "print('hello from rank', dist.get_rank())\nt = torch.tensor([float(dist.get_rank() + 1)])\n"
+                           "dist.all_reduce(t)\nt.item()", timeout=240)
+        assert r["status"] == "ok", kernel.text(r)
+        assert [o["data"]["text/plain"] for o in r["outputs"] if o["output_type"] == "execute_result"] == ["3.0"]
+        notices = _value(kernel, "jt.last_run().state.notices()")
+        assert "live progress is unavailable" in notices and "spark.jupyter_torchdist.channel" in notices
+        assert "hello from rank 1" in _value(kernel, "str(jt.last_run().logs[1])")
+        again = kernel.execute("%%distribute -n 2 --all-ranks\nimport torch.distributed as dist\ndist.get_rank()")
+        assert again["status"] == "ok" and "[0, 1]" in kernel.text(again)
+        failed = kernel.execute("%%distribute -n 2\nimport torch.distributed as dist\n"
+                                "if dist.get_rank() == 1:\n    raise KeyError('offline failure on rank 1')\n1")
+        text = kernel.text(failed)
+        assert failed["status"] == "error" and "RunFailed" in text and "offline failure on rank 1" in text
+        assert "rank 1" in text and "root cause" in text
+        kept = kernel.execute("%%distribute --keep -n 2\n1", timeout=60)
+        assert kept["status"] == "error" and "kept ranks cannot run here" in kernel.text(kept)
+    finally:
+        _ok(kernel, "spark.conf.unset('spark.jupyter_torchdist.channel.advertise')")
+    assert _value(kernel, ALL_REDUCE) == "3.0"  # back on the live channel
+    assert "live progress" not in _value(kernel, "jt.last_run().state.notices()")

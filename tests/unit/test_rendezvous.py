@@ -1,7 +1,7 @@
 """Unit: the kernel's rendezvous plan (MASTER_ADDR/PORT, LOCAL_RANK, GROUP_RANK)."""
 import pytest
 
-from jupyter_torchdist.kernel.rendezvous import plan_rendezvous
+from jupyter_torchdist.rendezvous import plan_rendezvous
 
 
 def test_single_host():

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import contract as C
+from . import contract as C
 
 __all__ = ["plan_rendezvous"]
 
