@@ -115,6 +115,22 @@ def _rank_task(plan: RunPlan, local_gpus: list[str] | None, batches: Any) -> Any
                                        "mode": "offline" if offline else "online", "events": events}])
 
 
+def _check_server(spark: Any, local: bool) -> None:
+    """What a Connect server must offer for barrier ranks, said before anything is submitted."""
+    try:
+        version = tuple(int(p) for p in str(spark.version).split(".")[:2])
+    except Exception:
+        version = ()  # a server that does not say: let it try
+    if version and version < (3, 5):
+        raise LaunchError(f"this Spark Connect server runs Spark {spark.version}: ranks are barrier tasks of a "
+                          "mapInArrow operation, which needs Spark 3.5 or newer on the server (4.0+ recommended). "
+                          "Use a newer server (Databricks Runtime 14+), or a classic SparkSession.")
+    if not local and (connect_conf(spark, "spark.dynamicAllocation.enabled") or "").lower() == "true":
+        raise LaunchError("barrier tasks cannot run with dynamic allocation on a cluster (Spark refuses it, "
+                          "SPARK-24942): the server needs spark.dynamicAllocation.enabled=false, or a fixed-size "
+                          "cluster.")
+
+
 def _advertised(spark: Any) -> tuple[str, int | None] | None:
     """The address ranks dial when it is not where the kernel listens: "host" or "host:port"."""
     text = os.environ.get(CHANNEL_ADVERTISE_ENV, "").strip() or (connect_conf(spark, CHANNEL_ADVERTISE_CONF) or "")
@@ -189,6 +205,7 @@ class ConnectLauncher(Launcher):
         self._master = connect_conf(spark, "spark.master") or ""
         local = self._master.startswith("local")
         server = _server_host(spark)
+        _check_server(spark, local)
         self._check_slots(options.n)
         if options.gpu:
             self._check_gpus(options, spark, local)

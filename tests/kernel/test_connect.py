@@ -86,7 +86,7 @@ def test_an_interrupt_cancels_only_this_runs_operation(kernel):
     assert _value(kernel, ALL_REDUCE) == "3.0"
 
 
-def test_a_script_and_the_torch_distributor_class(kernel, tmp_path):
+def test_a_script_the_torch_distributor_class_and_horovod_spark_run(kernel, tmp_path):
     script = tmp_path / "train.py"
     script.write_text("import sys, torch, torch.distributed as dist\ndist.init_process_group('gloo')\n"
                       "t = torch.ones(1)\ndist.all_reduce(t)\nprint('world', int(t.item()), sys.argv[1:])\n")
@@ -96,6 +96,10 @@ def test_a_script_and_the_torch_distributor_class(kernel, tmp_path):
                            "def f(x):\n    import torch.distributed as dist\n    return dist.get_world_size() * x\n"
                            "TorchDistributor(num_processes=2, local_mode=False, use_gpu=False).run(f, 5)")
     assert value == "10"
+    ranks = _value(kernel, "from jupyter_torchdist.horovod import spark as hvd_spark\n"
+                           "def g():\n    import torch.distributed as dist\n    return dist.get_rank() + 100\n"
+                           "hvd_spark.run(g, num_proc=2, verbose=0)")
+    assert ranks == "[100, 101]"
 
 
 def test_kept_ranks_keep_their_state_across_cells(kernel):
