@@ -16,6 +16,7 @@ __all__ = ["RunOptions", "OptionsError", "parse_options", "parse_argv", "options
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 DEFAULT_MAX_PAYLOAD_MB = 512.0
 DEFAULT_MAX_VALUE_MB = 512.0
+DEFAULT_WAIT_S = 120.0
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,7 @@ class RunOptions:
     keep: bool = False
     data_workers: int | None = None  # Spark tasks making batches() data (default: the slots beyond the ranks')
     n_explicit: bool = True  # -n was given (a --keep cell without -n runs on the kept ranks, however many)
+    wait: float = DEFAULT_WAIT_S  # on a cluster, how long to wait for enough task slots (executors still coming)
 
     def __post_init__(self) -> None:
         if not _whole(self.n) or self.n < 1:
@@ -49,6 +51,9 @@ class RunOptions:
         if self.data_workers is not None and (not _whole(self.data_workers) or self.data_workers < 1):
             raise OptionsError(f"--data-workers must be a whole number >= 1 (e.g. --data-workers 4), "
                                f"got {self.data_workers!r}")
+        if not (_finite_positive(self.wait) or self.wait == 0) or isinstance(self.wait, bool):
+            raise OptionsError(f"--wait must be a number of seconds >= 0 (e.g. --wait 300; 0 fails at once when the "
+                               f"session has too few task slots), got {self.wait!r}")
         if not _finite_positive(self.max_payload_mb):
             raise OptionsError(f"--max-payload-mb must be a number of megabytes > 0 (e.g. --max-payload-mb 1024), "
                                f"got {self.max_payload_mb!r}")
@@ -150,6 +155,9 @@ def _build_parser(prog: str) -> _Parser:
     p.add_argument("--data-workers", type=_whole_number, metavar="K",
                    help="Spark tasks preparing jupyter_torchdist.batches() data beside the ranks (default: the "
                         "session's task slots beyond the ranks', at least 1)")
+    p.add_argument("--wait", type=_positive_number, default=DEFAULT_WAIT_S, metavar="SECONDS",
+                   help=f"on a cluster, wait up to SECONDS for enough task slots (executors still starting, cores "
+                        f"held by other notebooks) before failing (default {DEFAULT_WAIT_S:g}; 0: fail at once)")
     p.add_argument("--max-payload-mb", type=_positive_number, default=DEFAULT_MAX_PAYLOAD_MB, metavar="MB",
                    help=f"largest captured payload to ship (default {DEFAULT_MAX_PAYLOAD_MB:g})")
     p.add_argument("--max-value-mb", type=_positive_number, default=DEFAULT_MAX_VALUE_MB, metavar="MB",

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import queue
+import time
 from typing import Any
 
 from .. import contract as C
@@ -49,20 +50,58 @@ def _session() -> tuple[Any, bool]:
             from None
 
 
-def _check_slots(spark: Any, n: int, embedded: bool) -> None:
+def _check_slots(spark: Any, n: int, embedded: bool, wait_s: float) -> None:
     slots, held = slots_available(spark), held_slots()
     if n <= slots - held:
         return
     if held and n <= slots:
         raise LaunchError(f"-n {n} needs {n} free task slots, but kept ranks hold {held} of this SparkSession's "
                           f"{slots}: stop them first (%distribute_stop), or ask for at most {slots - held} ranks.")
-    more = ("set JUPYTER_TORCHDIST_SPARK_SLOTS before the first run (the embedded session has a fixed size)"
-            if embedded else "local[N] for a local master; on a cluster more executors or cores "
-            "(spark.executor.cores, spark.cores.max, spark.executor.instances) or fewer cpus per task "
-            "(spark.task.cpus)")
-    raise LaunchError(f"-n {n} needs {n} task slots at once, but this SparkSession "
-                      f"({spark.sparkContext.master}) has {slots}. Ask for fewer ranks, or give the session "
-                      f"more slots: {more}.")
+    master = spark.sparkContext.master
+    if embedded or master.startswith("local") or wait_s <= 0:
+        more = ("set JUPYTER_TORCHDIST_SPARK_SLOTS before the first run (the embedded session has a fixed size)"
+                if embedded else "local[N] for a local master" if master.startswith("local") else
+                "more executors or cores (spark.executor.cores, spark.cores.max, spark.executor.instances) or fewer "
+                "cpus per task (spark.task.cpus), or --wait SECONDS for executors still starting")
+        raise LaunchError(f"-n {n} needs {n} task slots at once, but this SparkSession ({master}) has {slots}. "
+                          f"Ask for fewer ranks, or give the session more slots: {more}.")
+    _wait_for_slots(spark, n, wait_s)
+
+
+def _wait_for_slots(spark: Any, n: int, wait_s: float) -> None:
+    """A cluster session may still be getting executors (or other notebooks hold the cores): wait for them, saying
+    so on one line, up to ``wait_s``; an interrupt ends the wait."""
+    sc, began = spark.sparkContext, time.monotonic()
+    shown = 0.0
+    while True:
+        slots, held = slots_available(spark), held_slots()
+        waited = time.monotonic() - began
+        if n <= slots - held:
+            if shown:
+                print(f"\rjupyter-torchdist: {slots} task slots after {waited:.0f} s; starting.{' ' * 30}", flush=True)
+            return
+        if waited >= wait_s:
+            break
+        if waited - shown >= 1.0 or not shown:
+            shown = max(waited, 1e-9)
+            print(f"\rjupyter-torchdist: waiting for {n} task slots on {sc.master}: {slots - held} so far "
+                  f"({_executors(sc)} executors), {waited:.0f} s of up to {wait_s:g} s (interrupt to stop)",
+                  end="", flush=True)
+        time.sleep(0.2)
+    print(flush=True)
+    raise LaunchError(f"-n {n} needs {n} task slots at once, but after waiting {wait_s:g} s this SparkSession "
+                      f"({sc.master}) has {slots - held} ({_executors(sc)} executors): the cluster has no free cores "
+                      "for this application (other notebooks or applications hold them), or too few executors were "
+                      "granted. Ask for fewer ranks; give this session more (spark.cores.max, spark.executor.cores, "
+                      "spark.executor.instances); stop idle sessions or kept ranks (%distribute_stop) elsewhere; or "
+                      "wait longer (--wait SECONDS).")
+
+
+def _executors(sc: Any) -> int:
+    try:
+        return max(0, int(sc._jsc.sc().getExecutorMemoryStatus().size()) - 1)  # less the driver
+    except Exception:
+        return 0
 
 
 class SparkLauncher(Launcher):
@@ -86,7 +125,7 @@ class SparkLauncher(Launcher):
             raise LaunchError("barrier tasks cannot run with dynamic allocation on a cluster: set "
                               "spark.dynamicAllocation.enabled=false for this SparkSession (Spark refuses it, "
                               "SPARK-24942).")
-        _check_slots(spark, options.n, embedded)
+        _check_slots(spark, options.n, embedded, options.wait)
         if options.gpu:
             self._check_gpus(options, conf)
         host = "127.0.0.1" if self._local else (conf.get("spark.driver.host") or "127.0.0.1")

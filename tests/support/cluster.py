@@ -17,7 +17,7 @@ from pathlib import Path
 from . import ROOT
 from .procs import descendants_of, process_alive
 
-__all__ = ["Cluster", "session_conf", "spark_env", "start", "stop", "alive"]
+__all__ = ["add_worker", "Cluster", "session_conf", "spark_env", "start", "stop", "alive"]
 
 START_TIMEOUT_S = 180.0
 # Short-lived test JVMs on 2 cores start about twice as fast without the optimising JIT and parallel GC.
@@ -151,6 +151,19 @@ def _fake_gpus(workdir: Path, env: dict[str, str], gpus: int) -> None:
                                  f" -Dspark.worker.resource.gpu.discoveryScript={script}")
 
 
+def add_worker(c: Cluster, i: int, cores: int, env: dict[str, str] | None = None, wait: bool = True) -> None:
+    """Start worker ``i`` (and, with ``wait``, return once it has registered with the master)."""
+    env = env or spark_env(c.workdir)
+    (c.workdir / f"work-{i}").mkdir(exist_ok=True)
+    proc = _start("org.apache.spark.deploy.worker.Worker",
+                  ["--host", "127.0.0.1", "--port", "0", "--webui-port", "0", "--cores", str(cores), "--memory", "1g",
+                   "--work-dir", str(c.workdir / f"work-{i}"), c.url], c.workdir / f"worker-{i}.log", env)
+    c.procs.append(proc)
+    if wait:
+        _wait_for(c.workdir / f"worker-{i}.log", r"Successfully registered with master", proc,
+                  time.monotonic() + START_TIMEOUT_S)
+
+
 def start(workdir: Path, workers: int = 2, cores: int = 1, gpus: int = 0) -> Cluster:
     t0 = time.monotonic()
     (workdir / "conf").mkdir(parents=True, exist_ok=True)
@@ -166,11 +179,7 @@ def start(workdir: Path, workers: int = 2, cores: int = 1, gpus: int = 0) -> Clu
         c.procs.append(master)
         c.url = _wait_for(workdir / "master.log", r"Starting Spark master at (spark://\S+)", master, deadline)[1]
         for i in range(workers):
-            (workdir / f"work-{i}").mkdir(exist_ok=True)
-            c.procs.append(_start("org.apache.spark.deploy.worker.Worker",
-                                  ["--host", "127.0.0.1", "--port", "0", "--webui-port", "0", "--cores", str(cores),
-                                   "--memory", "1g", "--work-dir", str(workdir / f"work-{i}"), c.url],
-                                  workdir / f"worker-{i}.log", env))
+            add_worker(c, i, cores, env, wait=False)
         for i in range(workers):
             _wait_for(workdir / f"worker-{i}.log", r"Successfully registered with master", c.procs[i + 1], deadline)
     except BaseException:

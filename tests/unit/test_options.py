@@ -73,3 +73,14 @@ def test_magic_shows_a_usage_error_not_a_traceback(shell, capsys, line):
     # the shown message names the option the user typed
     token = line.split()[-1] if line != "-n 2 extra_arg" else "extra_arg"
     assert (token in shown) or ("-n/--nprocs" in shown)
+
+
+def test_wait_takes_seconds_and_zero_fails_at_once():
+    from jupyter_torchdist.options import DEFAULT_WAIT_S
+
+    assert parse_options("-n 2").wait == DEFAULT_WAIT_S
+    assert parse_options("-n 2 --wait 300").wait == 300.0
+    assert parse_options("-n 2 --wait 0").wait == 0.0
+    for bad in ("--wait -1", "--wait nan", "--wait soon"):
+        with pytest.raises(OptionsError, match="--wait"):
+            parse_options(f"-n 2 {bad}")

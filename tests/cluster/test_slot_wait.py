@@ -1,0 +1,85 @@
+"""A cluster session whose executors come after the cell starts: the run waits for its task slots, saying so,
+within a bound; an interrupt ends the wait; a cluster with no executors is said plainly when the bound passes."""
+from __future__ import annotations
+
+import textwrap
+import threading
+import time
+
+import pytest
+
+from ..support.cluster import add_worker, session_conf, spark_env, start, stop
+from ..support.kernel import Kernel
+
+pytestmark = [pytest.mark.spark, pytest.mark.cluster]
+
+ALL_REDUCE = ("import torch, torch.distributed as dist\nt = torch.ones(1)\ndist.all_reduce(t)\n"
+              "import time as _t\n(t.item(), _t.time())")
+
+
+@pytest.fixture(scope="module")
+def empty_cluster(tmp_path_factory):
+    """A master with no worker yet, and a kernel whose session is on it (no executor registered)."""
+    c = start(tmp_path_factory.mktemp("late-workers"), workers=0)
+    env = {k: v for k, v in spark_env(c.workdir).items() if k.startswith(("SPARK_", "PYSPARK"))}
+    kernel = Kernel({**env, "JUPYTER_TORCHDIST_WARMUP": "0"})
+    try:
+        r = kernel.execute(textwrap.dedent(f"""
+            from pyspark.sql import SparkSession
+            builder = SparkSession.builder
+            for k, v in {session_conf(c.url)!r}.items():
+                builder = builder.config(k, v)
+            spark = builder.getOrCreate()
+            %load_ext jupyter_torchdist
+            import jupyter_torchdist as jt
+        """), timeout=180)
+        assert r["status"] == "ok", kernel.text(r)
+        yield c, kernel
+    finally:
+        kernel.shutdown()
+        survivors = stop(c)
+        assert not survivors, survivors
+
+
+def test_no_executors_within_the_bound_is_said_plainly(empty_cluster):
+    c, kernel = empty_cluster
+    r = kernel.execute("%%distribute -n 2 --wait 3\n1", timeout=60)
+    text = kernel.text(r)
+    assert r["status"] == "error" and "LaunchError" in text, text
+    assert "after waiting 3 s" in text and "has 0 (0 executors)" in text and "spark.cores.max" in text
+    assert "waiting for 2 task slots on spark://" in text  # what it waited for, while it waited
+    assert 3 <= r["seconds"] < 20
+    r = kernel.execute("%%distribute -n 2 --wait 0\n1", timeout=60)
+    assert r["status"] == "error" and "--wait SECONDS" in kernel.text(r) and r["seconds"] < 10
+
+
+def test_an_interrupt_ends_the_wait_and_the_kernel_stays_usable(empty_cluster):
+    c, kernel = empty_cluster
+    r = kernel.execute("%%distribute -n 2 --wait 300\n1", timeout=60, interrupt_after=3)
+    assert r["status"] == "error" and "KeyboardInterrupt" in kernel.text(r)
+    assert r["seconds"] < 20
+    assert "2" in kernel.text(kernel.execute("print(1 + 1)"))
+
+
+def test_a_worker_that_joins_after_the_cell_started_gets_the_ranks(empty_cluster):
+    c, kernel = empty_cluster
+    done: dict[str, dict] = {}
+    # The cell runs on a helper thread; the worker is started from this (the main) thread, because the JVMs die
+    # with the thread that started them (their parent-death signal), and this one outlives the test.
+    cell = threading.Thread(target=lambda: done.update(r=kernel.execute(f"%%distribute -n 2 --wait 120\n{ALL_REDUCE}",
+                                                                        timeout=240)))
+    cell.start()
+    time.sleep(6)  # test-side: the worker comes 6 s after the cell started
+    add_worker(c, 0, cores=2)
+    registered = time.time()
+    cell.join()
+    r = done["r"]
+    text = kernel.text(r)
+    assert r["status"] == "ok", text + c.logs()
+    assert "waiting for 2 task slots" in text and "task slots after" in text
+    values = [o["data"]["text/plain"] for o in r["outputs"] if o["output_type"] == "execute_result"]
+    assert eval(values[-1])[0] == 2.0
+    started = kernel.text(kernel.execute("print(min(r.started_at for r in jt.last_run().state.ranks))"))
+    to_start = float(started.strip()) - registered
+    print(f"worker registered -> ranks started: {to_start:.1f} s")  # the closing note's figure
+    assert to_start < 30
