@@ -73,28 +73,29 @@ def backend(request: pytest.FixtureRequest) -> str:
 def cluster(tmp_path_factory: pytest.TempPathFactory):
     """A running standalone cluster (support/cluster.py): a Cluster, stopped with all its processes at the end."""
     pytest.importorskip("pyspark")
-    from .support.cluster import start, stop
+    from .support.cluster import start
 
-    c = start(tmp_path_factory.mktemp("spark-cluster"))
-    try:
-        yield c
-    finally:
-        survivors = stop(c)
-        assert not survivors, f"cluster processes survived the teardown: {survivors}"
+    yield from _serving(start(tmp_path_factory.mktemp("spark-cluster")), "cluster")
 
 
 @pytest.fixture(scope="session")
 def connect_server(tmp_path_factory: pytest.TempPathFactory):
     """A running Spark Connect server (support/connect_server.py): its record (``url`` is the sc:// address),
     stopped with all its processes at the end."""
-    from .support.connect_server import start_server, stop
+    from .support.connect_server import start_server
 
-    c = start_server(tmp_path_factory.mktemp("spark-connect"))
+    yield from _serving(start_server(tmp_path_factory.mktemp("spark-connect")), "Spark Connect server")
+
+
+def _serving(c, what: str):
+    """Yield a started cluster or server; stop it at the end, with every process it spawned."""
+    from .support.cluster import stop
+
     try:
         yield c
     finally:
         survivors = stop(c)
-        assert not survivors, f"Spark Connect server processes survived the teardown: {survivors}"
+        assert not survivors, f"{what} processes survived the teardown: {survivors}"
 
 
 # -- processes, shells, servers ------------------------------------------------------------------------------

@@ -11,14 +11,14 @@ from collections.abc import Callable
 from typing import Any
 
 from .connect import connect_conf
-from .spark_data import default_data_workers
-from .spark_jobs import error_summary, held_slots, submit_job
+from .spark_data import PlaneBase, partition_counts
+from .spark_jobs import held_slots, submit_job
 from .spark_session import local_slots
 
 __all__ = ["ConnectDataPlane"]
 
 
-class ConnectDataPlane:
+class ConnectDataPlane(PlaneBase):
     """Data tasks of one Spark Connect session (the DataFrame's own)."""
 
     def __init__(self, session: Any) -> None:
@@ -38,14 +38,8 @@ class ConnectDataPlane:
             slots = int(connect_conf(self._spark, "spark.default.parallelism") or 2) + ranks_in_slots
         return slots - held_slots() - ranks_in_slots
 
-    def default_workers(self, ranks: int, free: int) -> int:
-        return default_data_workers(self.master, ranks, free)
-
     def submit(self, job: Callable[[], None], lane: str) -> None:
         submit_job(job, lane=f"connect-{lane}")
-
-    def describe(self, exc: BaseException) -> str:
-        return error_summary(exc)
 
     def cancel(self, group: str) -> None:
         try:
@@ -68,11 +62,7 @@ class ConnectDataPlane:
     def count_rows(self, df: Any, counter: Callable[[Any], Any]) -> list[int]:
         from pyspark.sql import functions as F
 
-        rows = df.select(F.lit(1).alias("one")).mapInArrow(counter, "p long, n long").collect()
-        counts = [0] * (max((int(r["p"]) for r in rows), default=-1) + 1)
-        for row in rows:
-            counts[int(row["p"])] = int(row["n"])
-        return counts
+        return partition_counts(df.select(F.lit(1).alias("one")).mapInArrow(counter, "p long, n long").collect())
 
     def piece_runner(self, source: Any, make_producer: Callable[[dict[str, Any] | None], Any], schema: str,
                      piece_property: str) -> Callable[[dict[str, Any]], str]:

@@ -9,7 +9,7 @@ from typing import Any
 from .spark_jobs import error_summary, held_slots, submit_job
 from .spark_session import conf_of, slots_available
 
-__all__ = ["SparkDataPlane", "default_data_workers"]
+__all__ = ["SparkDataPlane", "PlaneBase", "default_data_workers", "partition_counts"]
 
 
 def default_data_workers(master: str, ranks: int, free: int) -> int:
@@ -28,7 +28,27 @@ def _local_cores(master: str) -> int | None:
     return cores if first == "*" else min(cores, int(first)) if first.isdigit() else cores
 
 
-class SparkDataPlane:
+def partition_counts(rows: Any) -> list[int]:
+    """Rows per partition from the counting tasks' (p, n) rows (every partition's task yields one)."""
+    counts = [0] * (max((int(r["p"]) for r in rows), default=-1) + 1)
+    for row in rows:
+        counts[int(row["p"])] = int(row["n"])
+    return counts
+
+
+class PlaneBase:
+    """What every Spark session's data plane does alike."""
+
+    master: str
+
+    def default_workers(self, ranks: int, free: int) -> int:
+        return default_data_workers(self.master, ranks, free)
+
+    def describe(self, exc: BaseException) -> str:
+        return error_summary(exc)
+
+
+class SparkDataPlane(PlaneBase):
     """Data tasks of one SparkSession (the DataFrame's own)."""
 
     def __init__(self, session: Any) -> None:
@@ -57,14 +77,8 @@ class SparkDataPlane:
     def free_slots(self, ranks_in_slots: int) -> int:
         return self.data_slots() - held_slots() - ranks_in_slots
 
-    def default_workers(self, ranks: int, free: int) -> int:
-        return default_data_workers(self.master, ranks, free)
-
     def submit(self, job: Callable[[], None], lane: str) -> None:
         submit_job(job, lane=lane)
-
-    def describe(self, exc: BaseException) -> str:
-        return error_summary(exc)
 
     def cancel(self, group: str) -> None:
         try:
@@ -89,11 +103,7 @@ class SparkDataPlane:
         from pyspark.sql import functions as F
 
         counted = df.select(F.lit(1).alias("one")).mapInArrow(counter, "p long, n long")
-        rows = _resources(counted.rdd, self.conf()).collect()
-        counts = [0] * (max((int(r["p"]) for r in rows), default=-1) + 1)
-        for row in rows:
-            counts[int(row["p"])] = int(row["n"])
-        return counts
+        return partition_counts(_resources(counted.rdd, self.conf()).collect())
 
     def piece_runner(self, source: Any, make_producer: Callable[[dict[str, Any] | None], Any], schema: str,
                      piece_property: str) -> Callable[[dict[str, Any]], str]:
