@@ -8,7 +8,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
 
 from ..errors import OptionsError
-from ..launchers import warm_up
+from ..launchers import on_load, on_unload
 from ..options import RunOptions, options_help, parse_options
 from ..views import make_view
 from . import kept_magic
@@ -105,11 +105,11 @@ def _activate_embedded_session(*_: Any) -> None:
 def load(ipython: Any) -> None:
     ipython.register_magics(DistributeMagics)
     ipython.events.register("pre_run_cell", _activate_embedded_session)
-    if os.environ.get(WARMUP_ENV, "1") != "0":
-        warm_up()
+    on_load(warm=os.environ.get(WARMUP_ENV, "1") != "0")
 
 
 def unload(ipython: Any) -> None:
+    on_unload()
     try:
         ipython.events.unregister("pre_run_cell", _activate_embedded_session)
     except ValueError:

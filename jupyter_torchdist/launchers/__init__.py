@@ -12,7 +12,7 @@ from .base import Capacity, DataPlane, Launcher
 from .registry import Backend, backend_for, backends, launcher_for, register, unregister
 
 __all__ = ["Launcher", "Capacity", "DataPlane", "Backend", "register", "unregister", "backends", "backend_for",
-           "launcher_for", "data_plane", "warm_up"]
+           "launcher_for", "data_plane", "on_load", "on_unload"]
 
 
 def _local(options: RunOptions) -> bool:
@@ -41,11 +41,23 @@ def data_plane(session: Any) -> DataPlane:
     return SparkDataPlane(session)
 
 
-def warm_up() -> None:
-    """Start what the default backend needs in the background (``%load_ext``): the embedded Spark session, unless
-    the notebook already holds a Spark Connect session (its server's executors are the server's to warm)."""
+def on_load(warm: bool) -> None:
+    """``%load_ext``: a session the notebook builds later stays its own (``give_way``), and with ``warm`` the
+    embedded Spark session starts in the background, unless the notebook already holds a Spark Connect session
+    (its server's executors are the server's to warm)."""
+    from . import give_way
     from .connect import connect_session
     from .spark_session import warm_up_async
 
-    if connect_session() is None:
+    try:
+        give_way.install()
+    except ImportError:
+        return  # no pyspark: --local still works
+    if warm and connect_session() is None:
         warm_up_async()
+
+
+def on_unload() -> None:
+    from . import give_way
+
+    give_way.uninstall()

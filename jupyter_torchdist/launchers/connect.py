@@ -216,6 +216,9 @@ class ConnectLauncher(Launcher):
                 "live progress is unavailable", "kept ranks cannot run here", 1))
         tls_on = tls_requested(lambda key: connect_conf(spark, key))
         warning = plaintext_warning(lambda key: connect_conf(spark, key), tls_on)
+        if _reachable.get(self._key) is False:  # said before the run, since the view will stay empty until its end
+            warning = OFFLINE.format(address=f"{advertise[0]}:{advertise[1] or '(the channel port)'}" if advertise
+                                     else host)
         return LaunchInfo(label=f"spark connect {server or '?'}" + (f" ({self._master})" if self._master else ""),
                           channel_host=host, loopback=host == "127.0.0.1" and advertise is None, channel_tls=tls_on,
                           warnings=(warning,) if warning else (), watcher="the Spark task (its Python worker)",

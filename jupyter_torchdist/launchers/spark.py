@@ -60,9 +60,9 @@ def _check_slots(spark: Any, n: int, embedded: bool, wait_s: float) -> None:
     master = spark.sparkContext.master
     if embedded or master.startswith("local") or wait_s <= 0:
         more = ("set JUPYTER_TORCHDIST_SPARK_SLOTS before the first run (the embedded session has a fixed size)"
-                if embedded else "local[N] for a local master" if master.startswith("local") else
-                "more executors or cores (spark.executor.cores, spark.cores.max, spark.executor.instances) or fewer "
-                "cpus per task (spark.task.cpus), or --wait SECONDS for executors still starting")
+                if embedded else "local[N] for a local master; on a cluster more executors or cores "
+                "(spark.executor.cores, spark.cores.max, spark.executor.instances) or fewer cpus per task "
+                "(spark.task.cpus), or --wait SECONDS for executors still starting")
         raise LaunchError(f"-n {n} needs {n} task slots at once, but this SparkSession ({master}) has {slots}. "
                           f"Ask for fewer ranks, or give the session more slots: {more}.")
     _wait_for_slots(spark, n, wait_s)
@@ -93,8 +93,8 @@ def _wait_for_slots(spark: Any, n: int, wait_s: float) -> None:
                       f"({sc.master}) has {slots - held} ({_executors(sc)} executors): the cluster has no free cores "
                       "for this application (other notebooks or applications hold them), or too few executors were "
                       "granted. Ask for fewer ranks; give this session more (spark.cores.max, spark.executor.cores, "
-                      "spark.executor.instances); stop idle sessions or kept ranks (%distribute_stop) elsewhere; or "
-                      "wait longer (--wait SECONDS).")
+                      "spark.executor.instances, or fewer cpus per task: spark.task.cpus); stop idle sessions or kept "
+                      "ranks (%distribute_stop) elsewhere; or wait longer (--wait SECONDS).")
 
 
 def _executors(sc: Any) -> int:

@@ -16,8 +16,9 @@ import tempfile
 import threading
 from typing import Any, Final
 
-__all__ = ["get_session", "local_slots", "stop_embedded_session", "warm_up_async", "activate", "activate_embedded",
-           "slots_available", "conf_of", "session_log", "embedded_slots", "SLOTS_ENV", "DAEMON_MODULE"]
+__all__ = ["get_session", "embedded_session", "local_slots", "stop_embedded_session", "warm_up_async", "activate",
+           "activate_embedded", "slots_available", "conf_of", "session_log", "embedded_slots", "SLOTS_ENV",
+           "DAEMON_MODULE"]
 
 DAEMON_MODULE: Final = "jupyter_torchdist._daemon"
 SLOTS_ENV: Final = "JUPYTER_TORCHDIST_SPARK_SLOTS"
@@ -188,6 +189,11 @@ def activate_embedded() -> None:
             activate(session)
     except Exception:
         pass  # a session being stopped right now: the next cell tries again
+
+
+def embedded_session() -> Any:
+    """The embedded session if it is up, else None."""
+    return _embedded
 
 
 def stop_embedded_session() -> None:

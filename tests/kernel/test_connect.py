@@ -152,6 +152,7 @@ def test_an_unreachable_channel_still_brings_back_the_value_tracebacks_and_logs(
         assert "hello from rank 1" in _value(kernel, "str(jt.last_run().logs[1])")
         again = kernel.execute("%%distribute -n 2 --all-ranks\nimport torch.distributed as dist\ndist.get_rank()")
         assert again["status"] == "ok" and "[0, 1]" in kernel.text(again)
+        assert "live progress is unavailable" in kernel.text(again)  # said up front once the session is known
         failed = kernel.execute("%%distribute -n 2\nimport torch.distributed as dist\n"
                                 "if dist.get_rank() == 1:\n    raise KeyError('offline failure on rank 1')\n1")
         text = kernel.text(failed)

@@ -50,9 +50,19 @@ def test_dynamic_allocation_is_fine_on_a_local_master(monkeypatch):
 
 def test_cluster_slots_error_names_the_cluster_keys(monkeypatch):
     with pytest.raises(LaunchError) as info:
-        _prepare(monkeypatch, _Session("spark://10.0.0.1:7077", {}, parallelism=2), n=3)
-    for key in ("spark.executor.cores", "spark.cores.max", "spark.executor.instances", "spark.task.cpus"):
+        _prepare(monkeypatch, _Session("spark://10.0.0.1:7077", {}, parallelism=2), n=3, wait=0)
+    for key in ("spark.executor.cores", "spark.cores.max", "spark.executor.instances", "spark.task.cpus", "--wait"):
         assert key in str(info.value)
+
+
+def test_a_cluster_short_of_slots_is_waited_for_then_said(monkeypatch, capsys):
+    with pytest.raises(LaunchError) as info:
+        _prepare(monkeypatch, _Session("spark://10.0.0.1:7077", {}, parallelism=2), n=3, wait=0.5)
+    text = str(info.value)
+    assert "after waiting 0.5 s" in text and "has 2" in text
+    for key in ("spark.executor.cores", "spark.cores.max", "spark.executor.instances", "spark.task.cpus"):
+        assert key in text
+    assert "waiting for 3 task slots on spark://10.0.0.1:7077: 2 so far" in capsys.readouterr().out
 
 
 def test_cluster_gpu_needs_gpu_scheduling_keys(monkeypatch):
