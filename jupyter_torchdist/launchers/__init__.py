@@ -42,19 +42,22 @@ def data_plane(session: Any) -> DataPlane:
 
 
 def on_load(warm: bool) -> None:
-    """``%load_ext``: a session the notebook builds later stays its own (``give_way``), and with ``warm`` the
-    embedded Spark session starts in the background, unless the notebook already holds a Spark Connect session
-    (its server's executors are the server's to warm)."""
-    from . import give_way
+    """``%load_ext``: with ``warm``, the embedded Spark session starts in the background (unless the notebook
+    already holds a Spark Connect session: its server's executors are the server's to warm), and a session the
+    notebook builds later stays its own (``give_way``; installed wherever the embedded session starts, so that a
+    ``--local``-only notebook never imports pyspark)."""
     from .connect import connect_session
+
+    if not warm or connect_session() is not None:
+        return
+    from . import give_way
     from .spark_session import warm_up_async
 
     try:
         give_way.install()
     except ImportError:
         return  # no pyspark: --local still works
-    if warm and connect_session() is None:
-        warm_up_async()
+    warm_up_async()
 
 
 def on_unload() -> None:

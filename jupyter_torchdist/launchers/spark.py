@@ -16,6 +16,7 @@ from ..contract import Inbound, LaunchInfo, RunPlan
 from ..errors import LaunchError
 from ..gpus import pick_gpu, require_local_gpus
 from ..options import RunOptions
+from . import give_way
 from .base import Capacity, Launcher
 from .spark_jobs import error_summary, held_slots, hold, release, submit_job
 from .spark_session import conf_of, get_session, slots_available, wait_for_warm_up
@@ -43,11 +44,14 @@ def _session() -> tuple[Any, bool]:
         raise LaunchError("pyspark is not installed: `pip install pyspark`, or run with --local") from None
     wait_for_warm_up()
     try:
-        return get_session()
+        session, embedded = get_session()
     except Exception as exc:
         raise LaunchError(f"could not start the embedded Spark session: {error_summary(exc)}\n"
                           "Spark needs Java 17 or newer (`java -version`; set JAVA_HOME), or run with --local.") \
             from None
+    if embedded:
+        give_way.install()  # a session the notebook builds later is its own, not this one
+    return session, embedded
 
 
 def _check_slots(spark: Any, n: int, embedded: bool, wait_s: float) -> None:
