@@ -177,7 +177,7 @@ def channel_host(spark: Any, server: str, local_master: bool) -> str:
         return chosen
     if server in _LOOPBACK and local_master:
         return "127.0.0.1"
-    return _route_to(server or "8.8.8.8")
+    return _route_to(server) if server else socket.gethostbyname(socket.gethostname())
 
 
 class ConnectLauncher(Launcher):
@@ -303,9 +303,7 @@ def _ended(rows: list[Any], error: str | None, key: tuple[str, ...], plan: RunPl
 
 def _describe(exc: BaseException) -> str:
     text = error_summary(exc)
-    if "BarrierJobSlotsNumberCheckFailed" in text or "BARRIER" in text and "slots" in text.lower():
+    if "BarrierJobSlotsNumberCheckFailed" in text:
         return ("the Spark Connect server could not give every rank a task slot at once (barrier mode): ask for "
                 f"fewer ranks, or give the server more executors or cores.\n{text}")
-    if "mapInArrow" in text and ("barrier" in text.lower()) and "not" in text.lower():
-        return f"this Spark Connect server cannot run barrier mapInArrow (Spark 4.0 or newer is needed).\n{text}"
     return text

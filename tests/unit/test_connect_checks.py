@@ -55,3 +55,16 @@ def test_the_channel_host_setting_wins_over_the_guess(monkeypatch):
     assert connect.channel_host(session, "localhost", local_master=True) == "10.1.2.3"
     monkeypatch.setenv(connect.CHANNEL_HOST_ENV, "10.9.9.9")
     assert connect.channel_host(session, "localhost", local_master=True) == "10.9.9.9"
+
+
+def test_a_barrier_slot_shortage_from_the_server_is_translated_and_other_errors_pass_through():
+    said = connect._describe(RuntimeError("org.apache.spark.scheduler.BarrierJobSlotsNumberCheckFailed: [x]"))
+    assert said.startswith("the Spark Connect server could not give every rank a task slot") and "x" in said
+    assert connect._describe(RuntimeError("something else entirely")) == "something else entirely"
+
+
+def test_with_no_server_host_the_guess_is_this_machines_own_address(monkeypatch):
+    monkeypatch.delenv(connect.CHANNEL_HOST_ENV, raising=False)
+    import socket
+
+    assert connect.channel_host(FakeSession(), "", local_master=False) == socket.gethostbyname(socket.gethostname())
