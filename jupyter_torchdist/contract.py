@@ -354,6 +354,9 @@ class LaunchInfo:
     lost_hint: str = ""                 # where to look when a watcher is lost ("The executor's log says why.")
     advertise: tuple[str, int | None] | None = None  # the address ranks dial, where it is not where the kernel
     #                                                  listens (NAT, a proxy); None for the port: the same port
+    start_bound_s: float | None = None  # the ranks start one by one, not as a gang (dynamic allocation): every
+    #                                     rank must check in within this many seconds, or the run is stopped
+    start_hint: str = ""                # why ranks may not start in time there, and what to do
 
 
 @dataclass(frozen=True)

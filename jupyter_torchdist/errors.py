@@ -60,6 +60,8 @@ class RankFailure:
     secondary: bool = False
 
     def label(self) -> str:
+        if not self.host and self.kind == "launch":
+            return f"rank {self.rank}"  # never started: it has no host
         return f"rank {self.rank} on {self.host or 'unknown host'}"
 
 

@@ -120,6 +120,8 @@ class DataService:
         args = dict(first["args"])
         args["columns"] = tuple(args["columns"]) if args.get("columns") else None
         free = plane.free_slots(self.ranks_in_slots)
+        if plane.grows:  # dynamic allocation: Spark asks the cluster for executors for the data tasks as they wait
+            free = max(free, self.workers or self.world)
         _check_slots(free, self.workers, plane.master)
         workers = self.workers or min(free, plane.default_workers(self.world, free))
         spec = ProducerSpec(

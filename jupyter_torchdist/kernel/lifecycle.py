@@ -38,6 +38,8 @@ class RunLifecycle:
     job_error: str | None = None
     cell: int | None = None          # kept ranks: the cell this state is about (its messages carry it)
     notes: list[str] = field(default_factory=list)  # the kernel's own notices (kept ranks, slots)
+    start_by: float | None = None    # ranks started one by one (dynamic allocation): all must say hello by then
+    start_hint: str = ""             # ... and what to do when they do not
     data: DataStats = field(default_factory=DataStats)
 
     def __post_init__(self) -> None:
@@ -133,7 +135,32 @@ class RunLifecycle:
                 + (f"; ranks that could not connect: {never[:16]}" if never else "")
                 + f". First reported: {root.label()}: {root.summary}")
 
+    def fail_unstarted(self, at: float) -> None:
+        """The start bound passed with ranks that never checked in: each is a launch failure, said once."""
+        started = sum(r.said_hello for r in self.ranks)
+        waited = at - self.started_at
+        for rs in self.ranks:
+            if not rs.said_hello and not rs.ended:
+                self.record(rs, RankFailure(
+                    rs.rank, rs.host, "launch", f"never started: no task slot came for its task within {waited:.0f} s "
+                    f"({started} of {self.world_size} ranks started)", self.start_hint, at))
+        self.start_by = None
+
     # -- questions -----------------------------------------------------------------------------------
+    def start_overdue(self, at: float) -> bool:
+        """Ranks that start one by one have not all checked in by the start bound."""
+        return self.start_by is not None and at >= self.start_by and not self.hellos_complete()
+
+    def _waiting_notice(self) -> str | None:
+        if self.start_by is None or self.stop_reason is not None or self.hellos_complete():
+            return None
+        waited = self.now - self.started_at
+        if waited < 2.0:
+            return None
+        started = sum(r.said_hello for r in self.ranks)
+        return (f"waiting for executors: {started} of {self.world_size} ranks started, {waited:.0f} s of up to "
+                f"{self.start_by - self.started_at:.0f} s")
+
     @property
     def settled(self) -> bool:
         return all(r.settled for r in self.ranks)
@@ -153,4 +180,5 @@ class RunLifecycle:
         bound = input_notice([r.usage for r in self.ranks], self.data.workers)
         dropped = [f"rank {r.rank}: {r.log_dropped:,} log lines past the budget were dropped"
                    for r in self.ranks if r.log_dropped]
-        return self.notes + ([bound] if bound else []) + dropped
+        waiting = self._waiting_notice()
+        return ([waiting] if waiting else []) + self.notes + ([bound] if bound else []) + dropped

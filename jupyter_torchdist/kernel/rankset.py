@@ -70,6 +70,8 @@ class RankSet:
                                "(or ranks.stop())")
         if cell > 1:
             state.begin_cell(cell, self.hosts, state.started_at)
+        elif self.info.start_bound_s is not None:
+            state.start_by, state.start_hint = state.started_at + self.info.start_bound_s, self.info.start_hint
         return state
 
     def supervisor(self, state: RunState, view: RunView, options: RunOptions) -> Supervisor:

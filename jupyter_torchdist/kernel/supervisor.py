@@ -128,6 +128,11 @@ class Supervisor:
         return self.state.settled or now - ended > SETTLE_GRACE_S
 
     def tick(self, now: float) -> None:
+        if self.state.start_overdue(now) and self.stop_at is None:
+            self.state.fail_unstarted(now)
+            self.stop("failed")
+        elif self.state.start_by is not None and now - self.last_frame >= 1.0:
+            self.dirty = True  # the wait for executors counts up in the view
         if self.first_failure_at is not None and now - self.first_failure_at >= ECHO_GRACE_S:
             self.stop("failed")
         if self.deadline is not None and now >= self.deadline:
@@ -152,6 +157,8 @@ class Supervisor:
             waits.append(self.state.job_ended_at + SETTLE_GRACE_S - now)
         if self.first_failure_at is not None and self.stop_at is None:
             waits.append(self.first_failure_at + ECHO_GRACE_S - now)
+        if self.state.start_by is not None and self.stop_at is None:
+            waits.append(self.state.start_by - now)
         return max(0.0, min(waits))
 
     def _drain(self, now: float) -> None:

@@ -56,6 +56,7 @@ class DataPlane(Protocol):
 
     master: str    # the session's master, for messages
     local: bool    # its executors run on the kernel's host
+    grows: bool    # dynamic allocation: Spark asks the cluster for executors for waiting tasks
 
     def free_slots(self, ranks_in_slots: int) -> int:
         """Task slots a data task can use beside the run's ranks (``ranks_in_slots``) and kept ranks."""

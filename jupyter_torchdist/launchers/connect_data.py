@@ -25,6 +25,7 @@ class ConnectDataPlane(PlaneBase):
         self._spark = session
         self.master: str = connect_conf(session, "spark.master") or "a Spark Connect server"
         self.local: bool = self.master.startswith("local")
+        self.grows = False  # ranks refuse a dynamic-allocation server behind Connect (barrier tasks)
 
     def session(self) -> Any:
         return self._spark

@@ -19,7 +19,7 @@ from ..options import RunOptions
 from . import give_way
 from .base import Capacity, Launcher
 from .spark_jobs import error_summary, held_slots, hold, release, submit_job
-from .spark_session import conf_of, get_session, slots_available, wait_for_warm_up
+from .spark_session import conf_of, dynamic_allocation, get_session, slots_available, wait_for_warm_up
 
 __all__ = ["SparkLauncher"]
 
@@ -33,6 +33,24 @@ def _rank_task(plan: RunPlan, local_gpus: list[str] | None, _: Any) -> Any:
 
     ctx = BarrierTaskContext.get()
     rank = ctx.partitionId()
+    gpu = pick_gpu(rank, ctx.resources(), local_gpus) if plan.gpu else None
+    yield run_agent(plan, rank, gpu)
+
+
+def _rank_task_dynamic(plan: RunPlan, local_gpus: list[str] | None, _: Any) -> Any:
+    """One ordinary task (dynamic allocation): rank = partition id; the kernel's rendezvous gangs the ranks.
+
+    Spark retries a failed task (and would start a second copy of it); a rank must never run twice, so a later
+    attempt of a rank's task starts nothing and says so (the kernel has already seen the first attempt end)."""
+    from pyspark import TaskContext
+
+    from jupyter_torchdist.rank.agent import run_agent
+
+    ctx = TaskContext.get()
+    rank = ctx.partitionId()
+    if ctx.attemptNumber() > 0:
+        yield {"t": C.EXIT, "rank": rank, "retried": ctx.attemptNumber()}
+        return
     gpu = pick_gpu(rank, ctx.resources(), local_gpus) if plan.gpu else None
     yield run_agent(plan, rank, gpu)
 
@@ -101,6 +119,50 @@ def _wait_for_slots(spark: Any, n: int, wait_s: float) -> None:
                       "ranks (%distribute_stop) elsewhere; or wait longer (--wait SECONDS).")
 
 
+_DYNAMIC_HINT = ("With dynamic allocation Spark asks the cluster for an executor for each waiting rank: the cluster "
+                 "has no free cores for them (other notebooks or applications hold them), or "
+                 "spark.dynamicAllocation.maxExecutors is too low. Ask for fewer ranks, free cores (stop idle sessions "
+                 "or kept ranks elsewhere), or wait longer (--wait SECONDS).")
+
+
+def _check_dynamic(conf: dict[str, str], n: int, wait_s: float) -> None:
+    """Dynamic allocation: the ranks are ordinary tasks (Spark refuses barrier stages there, SPARK-24942), gang-
+    started by the kernel's rendezvous. What would start a second copy of a rank, or can never give N slots, is
+    refused before anything is submitted."""
+    if conf.get("spark.speculation", "false").lower() == "true":
+        raise LaunchError("this SparkSession has dynamic allocation and spark.speculation=true: Spark would start "
+                          "second copies of slow rank tasks, and a rank must run once. Create the session with "
+                          "spark.speculation=false.")
+    most = _most_slots(conf)
+    if most is not None and n > most:
+        raise LaunchError(f"-n {n} needs {n} task slots at once, but this SparkSession's dynamic allocation allows at "
+                          f"most {most} (spark.dynamicAllocation.maxExecutors x spark.executor.cores / "
+                          "spark.task.cpus): ask for fewer ranks, or allow more executors.")
+    if wait_s <= 0:
+        raise LaunchError("with dynamic allocation the ranks wait for the executors Spark asks for: --wait 0 leaves "
+                          "them no time. Give a bound in seconds (--wait 120 is the default).")
+
+
+def _most_slots(conf: dict[str, str]) -> int | None:
+    """The most task slots dynamic allocation may ever give this session, where its settings bound it."""
+    try:
+        executors = int(conf["spark.dynamicAllocation.maxExecutors"])
+        cores = int(conf.get("spark.executor.cores") or 0)
+        per_task = max(1, int(conf.get("spark.task.cpus") or 1))
+    except (KeyError, ValueError):
+        return None
+    return executors * (cores // per_task) if cores else None
+
+
+def _retried(ends: list[Any]) -> str | None:
+    """A rank task Spark ran again after its first attempt failed (dynamic allocation): the run's job error."""
+    again = sorted(e["rank"] for e in ends if isinstance(e, dict) and e.get("retried"))
+    if not again:
+        return None
+    return (f"Spark ran the task of rank {again[0]} again after its first attempt ended (its process or executor "
+            "was lost); a rank never runs twice, so the run ends here.")
+
+
 def _executors(sc: Any) -> int:
     try:
         return max(0, int(sc._jsc.sc().getExecutorMemoryStatus().size()) - 1)  # less the driver
@@ -119,26 +181,29 @@ class SparkLauncher(Launcher):
         self._group: str | None = None
         self._local_gpus: list[str] | None = None
         self._local = True
+        self._dynamic = False
 
     def prepare(self, options: RunOptions) -> LaunchInfo:
         spark, embedded = _session()
         self._spark, sc = spark, spark.sparkContext
         self._local = sc.master.startswith("local")
         conf = conf_of(sc)
-        if not self._local and conf.get("spark.dynamicAllocation.enabled", "false").lower() == "true":
-            raise LaunchError("barrier tasks cannot run with dynamic allocation on a cluster: set "
-                              "spark.dynamicAllocation.enabled=false for this SparkSession (Spark refuses it, "
-                              "SPARK-24942).")
-        _check_slots(spark, options.n, embedded, options.wait)
+        self._dynamic = not self._local and dynamic_allocation(conf)
+        if self._dynamic:
+            _check_dynamic(conf, options.n, options.wait)
+        else:
+            _check_slots(spark, options.n, embedded, options.wait)
         if options.gpu:
             self._check_gpus(options, conf)
         host = "127.0.0.1" if self._local else (conf.get("spark.driver.host") or "127.0.0.1")
         tls_on = tls_requested(conf.get)
         warning = plaintext_warning(conf.get, tls_on)
-        return LaunchInfo(label=f"spark {sc.master}" + (" (embedded)" if embedded else ""), channel_host=host,
-                          loopback=self._local, channel_tls=tls_on, warnings=(warning,) if warning else (),
-                          watcher="the Spark task (its Python worker)",
-                          lost_hint="The executor's log says why.")
+        label = f"spark {sc.master}" + (" (embedded)" if embedded else " (dynamic allocation)" if self._dynamic else "")
+        return LaunchInfo(label=label, channel_host=host, loopback=self._local, channel_tls=tls_on,
+                          warnings=(warning,) if warning else (), watcher="the Spark task (its Python worker)",
+                          lost_hint="The executor's log says why.",
+                          start_bound_s=options.wait if self._dynamic else None,
+                          start_hint=_DYNAMIC_HINT if self._dynamic else "")
 
     def _check_gpus(self, options: RunOptions, conf: dict[str, str]) -> None:
         if self._local:
@@ -151,13 +216,16 @@ class SparkLauncher(Launcher):
     def start(self, plan: RunPlan, inbox: queue.SimpleQueue[Inbound]) -> None:
         group = self._group = f"jupyter-torchdist-{plan.run_id}"
         sc = self._spark.sparkContext
-        task = functools.partial(_rank_task, plan, self._local_gpus)
+        dynamic = self._dynamic
+        task = functools.partial(_rank_task_dynamic if dynamic else _rank_task, plan, self._local_gpus)
 
         def job() -> None:
             error = None
             try:
                 sc.setJobGroup(group, f"%%distribute -n {plan.world_size}", interruptOnCancel=True)
-                sc.parallelize(range(plan.world_size), plan.world_size).barrier().mapPartitions(task).collect()
+                ranks = sc.parallelize(range(plan.world_size), plan.world_size)
+                ends = (ranks if dynamic else ranks.barrier()).mapPartitions(task).collect()
+                error = _retried(ends)
             except BaseException as exc:
                 error = error_summary(exc)
             finally:

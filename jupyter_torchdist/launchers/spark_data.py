@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .spark_jobs import error_summary, held_slots, submit_job
-from .spark_session import conf_of, slots_available
+from .spark_session import conf_of, dynamic_allocation, slots_available
 
 __all__ = ["SparkDataPlane", "PlaneBase", "default_data_workers", "partition_counts"]
 
@@ -56,6 +56,7 @@ class SparkDataPlane(PlaneBase):
         self._sc = session.sparkContext
         self.master: str = self._sc.master
         self.local: bool = self.master.startswith("local")  # executors on the kernel's host
+        self.grows: bool = not self.local and dynamic_allocation(conf_of(self._sc))
         self._piece_property = ""
 
     def session(self) -> Any:

@@ -16,7 +16,7 @@ import tempfile
 import threading
 from typing import Any, Final
 
-__all__ = ["get_session", "embedded_session", "local_slots", "stop_embedded_session", "warm_up_async", "activate",
+__all__ = ["get_session", "dynamic_allocation", "embedded_session", "local_slots", "stop_embedded_session", "warm_up_async", "activate",
            "activate_embedded", "slots_available", "conf_of", "session_log", "embedded_slots", "SLOTS_ENV",
            "DAEMON_MODULE"]
 
@@ -64,6 +64,11 @@ def conf_of(sc: Any) -> dict[str, str]:
         _conf_cache.clear()
         _conf_cache[id(sc)] = cached
     return cached[1]
+
+
+def dynamic_allocation(conf: dict[str, str]) -> bool:
+    """Whether the session gives executors back when idle and asks for them as tasks wait."""
+    return conf.get("spark.dynamicAllocation.enabled", "false").strip().lower() == "true"
 
 
 def _read_conf(sc: Any) -> dict[str, str]:

@@ -151,12 +151,13 @@ def _fake_gpus(workdir: Path, env: dict[str, str], gpus: int) -> None:
                                  f" -Dspark.worker.resource.gpu.discoveryScript={script}")
 
 
-def add_worker(c: Cluster, i: int, cores: int, env: dict[str, str] | None = None, wait: bool = True) -> None:
+def add_worker(c: Cluster, i: int, cores: int, env: dict[str, str] | None = None, wait: bool = True,
+               memory: str = "1g") -> None:
     """Start worker ``i`` (and, with ``wait``, return once it has registered with the master)."""
     env = env or spark_env(c.workdir)
     (c.workdir / f"work-{i}").mkdir(exist_ok=True)
     proc = _start("org.apache.spark.deploy.worker.Worker",
-                  ["--host", "127.0.0.1", "--port", "0", "--webui-port", "0", "--cores", str(cores), "--memory", "1g",
+                  ["--host", "127.0.0.1", "--port", "0", "--webui-port", "0", "--cores", str(cores), "--memory", memory,
                    "--work-dir", str(c.workdir / f"work-{i}"), c.url], c.workdir / f"worker-{i}.log", env)
     c.procs.append(proc)
     if wait:
@@ -164,7 +165,9 @@ def add_worker(c: Cluster, i: int, cores: int, env: dict[str, str] | None = None
                   time.monotonic() + START_TIMEOUT_S)
 
 
-def start(workdir: Path, workers: int = 2, cores: int = 1, gpus: int = 0) -> Cluster:
+def start(workdir: Path, workers: int = 2, cores: int = 1, gpus: int = 0, memory: str = "1g") -> Cluster:
+    """A master and ``workers`` workers of ``cores`` cores and ``memory`` each (a 512m executor per 1-core slot
+    needs 512m of the worker's memory)."""
     t0 = time.monotonic()
     (workdir / "conf").mkdir(parents=True, exist_ok=True)
     (workdir / "local").mkdir(exist_ok=True)
@@ -179,7 +182,7 @@ def start(workdir: Path, workers: int = 2, cores: int = 1, gpus: int = 0) -> Clu
         c.procs.append(master)
         c.url = _wait_for(workdir / "master.log", r"Starting Spark master at (spark://\S+)", master, deadline)[1]
         for i in range(workers):
-            add_worker(c, i, cores, env, wait=False)
+            add_worker(c, i, cores, env, wait=False, memory=memory)
         for i in range(workers):
             _wait_for(workdir / f"worker-{i}.log", r"Successfully registered with master", c.procs[i + 1], deadline)
     except BaseException:

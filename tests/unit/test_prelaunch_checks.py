@@ -36,11 +36,27 @@ def _prepare(monkeypatch, session: _Session, **options):
     return spark_mod.SparkLauncher().prepare(RunOptions(**options))
 
 
-def test_dynamic_allocation_on_a_cluster_is_refused(monkeypatch):
-    session = _Session("spark://10.0.0.1:7077", {"spark.dynamicAllocation.enabled": "true"})
+_DYNAMIC = {"spark.dynamicAllocation.enabled": "true"}
+
+
+def test_dynamic_allocation_on_a_cluster_starts_ranks_one_by_one_within_the_wait(monkeypatch):
+    info = _prepare(monkeypatch, _Session("spark://10.0.0.1:7077", _DYNAMIC, parallelism=0), n=3, wait=30)
+    assert info.start_bound_s == 30 and "maxExecutors" in info.start_hint and "dynamic allocation" in info.label
+
+
+def test_dynamic_allocation_refuses_speculation_and_a_bound_it_can_never_meet(monkeypatch):
     with pytest.raises(LaunchError) as info:
-        _prepare(monkeypatch, session, n=2)
-    assert "spark.dynamicAllocation.enabled=false" in str(info.value)
+        _prepare(monkeypatch, _Session("spark://h:7077", {**_DYNAMIC, "spark.speculation": "true"}), n=2)
+    assert "spark.speculation=false" in str(info.value)
+    capped = {**_DYNAMIC, "spark.dynamicAllocation.maxExecutors": "2", "spark.executor.cores": "2",
+              "spark.task.cpus": "2"}
+    with pytest.raises(LaunchError) as info:
+        _prepare(monkeypatch, _Session("spark://h:7077", capped), n=3)
+    assert "allows at most 2" in str(info.value) and "maxExecutors" in str(info.value)
+    assert _prepare(monkeypatch, _Session("spark://h:7077", capped), n=2).start_bound_s is not None
+    with pytest.raises(LaunchError) as info:
+        _prepare(monkeypatch, _Session("spark://h:7077", _DYNAMIC), n=2, wait=0)
+    assert "--wait 0" in str(info.value)
 
 
 def test_dynamic_allocation_is_fine_on_a_local_master(monkeypatch):

@@ -309,3 +309,30 @@ def test_run_failed_refuses_an_empty_failure_map():
     with pytest.raises(ValueError):
         RunFailed("nothing failed", {}, 2)
     assert isinstance(RunTimeout("t", {}, 2), RunError)  # a timeout may stop healthy ranks only
+
+
+def test_ranks_started_one_by_one_are_waited_for_then_said_by_rank():
+    st = _run(3)
+    st.start_by, st.start_hint = 130.0, "what to do"
+    st.apply(0, "rank", {"t": "hello", "host": "h", "pid": 1}, 101.0)
+    st.now = 101.0
+    assert not any("waiting for executors" in n for n in st.notices())  # not in the first seconds
+    st.now = 114.4
+    assert st.notices()[0] == "waiting for executors: 1 of 3 ranks started, 14 s of up to 30 s"
+    assert not st.start_overdue(129.9) and st.start_overdue(130.0)
+    st.fail_unstarted(130.0)
+    assert sorted(st.failures) == [1, 2] and st.failures[1].kind == "launch"
+    assert st.failures[1].summary == "never started: no task slot came for its task within 30 s (1 of 3 ranks started)"
+    assert st.failures[1].traceback == "what to do" and st.failures[1].label() == "rank 1"
+    assert not st.start_overdue(200.0) and not any("waiting" in n for n in st.notices())
+    error = st.conclude(131.0, timeout=None, value_needed=True)
+    assert isinstance(error, RunFailed) and error.headline.startswith("rank 1 failed first: never started")
+
+
+def test_a_start_bound_is_met_once_every_rank_said_hello():
+    st = _run(2)
+    st.start_by = 110.0
+    for r in range(2):
+        st.apply(r, "rank", {"t": "hello", "host": "h", "pid": 1}, 101.0)
+    st.now = 105.0
+    assert not st.start_overdue(120.0) and not any("waiting" in n for n in st.notices())
