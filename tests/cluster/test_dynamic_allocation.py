@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from ..support.cluster import session_conf, spark_env, start, stop
+from ..support.cluster import kernel_on, start, stop
 from ..support.kernel import Kernel
 
 pytestmark = [pytest.mark.spark, pytest.mark.cluster, pytest.mark.slow]
@@ -32,24 +32,13 @@ ALL_REDUCE = "import torch, torch.distributed as dist\nt = torch.ones(1)\ndist.a
 @pytest.fixture(scope="module")
 def dynamic(tmp_path_factory):
     c = start(tmp_path_factory.mktemp("dynamic-allocation"), workers=1, cores=4, memory="2g")
-    env = {k: v for k, v in spark_env(c.workdir).items() if k.startswith(("SPARK_", "PYSPARK"))}
-    kernel = Kernel({**env, "JUPYTER_TORCHDIST_WARMUP": "0"})
+    kernel = None
     try:
-        r = kernel.execute(textwrap.dedent(f"""
-            from pyspark.sql import SparkSession
-            builder = SparkSession.builder
-            for k, v in {{**{session_conf(c.url)!r}, **{DYNAMIC!r}}}.items():
-                builder = builder.config(k, v)
-            spark = builder.getOrCreate()
-            %load_ext jupyter_torchdist
-            import jupyter_torchdist as jt
-            def executors():
-                return spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size() - 1
-        """), timeout=180)
-        assert r["status"] == "ok", kernel.text(r)
+        kernel = kernel_on(c, DYNAMIC)
         yield c, kernel
     finally:
-        kernel.shutdown()
+        if kernel is not None:
+            kernel.shutdown()
         survivors = stop(c)
         assert not survivors, survivors
 

@@ -2,14 +2,12 @@
 within a bound; an interrupt ends the wait; a cluster with no executors is said plainly when the bound passes."""
 from __future__ import annotations
 
-import textwrap
 import threading
 import time
 
 import pytest
 
-from ..support.cluster import add_worker, session_conf, spark_env, start, stop
-from ..support.kernel import Kernel
+from ..support.cluster import add_worker, kernel_on, start, stop
 
 pytestmark = [pytest.mark.spark, pytest.mark.cluster]
 
@@ -21,22 +19,13 @@ ALL_REDUCE = ("import torch, torch.distributed as dist\nt = torch.ones(1)\ndist.
 def empty_cluster(tmp_path_factory):
     """A master with no worker yet, and a kernel whose session is on it (no executor registered)."""
     c = start(tmp_path_factory.mktemp("late-workers"), workers=0)
-    env = {k: v for k, v in spark_env(c.workdir).items() if k.startswith(("SPARK_", "PYSPARK"))}
-    kernel = Kernel({**env, "JUPYTER_TORCHDIST_WARMUP": "0"})
+    kernel = None
     try:
-        r = kernel.execute(textwrap.dedent(f"""
-            from pyspark.sql import SparkSession
-            builder = SparkSession.builder
-            for k, v in {session_conf(c.url)!r}.items():
-                builder = builder.config(k, v)
-            spark = builder.getOrCreate()
-            %load_ext jupyter_torchdist
-            import jupyter_torchdist as jt
-        """), timeout=180)
-        assert r["status"] == "ok", kernel.text(r)
+        kernel = kernel_on(c)
         yield c, kernel
     finally:
-        kernel.shutdown()
+        if kernel is not None:
+            kernel.shutdown()
         survivors = stop(c)
         assert not survivors, survivors
 

@@ -10,14 +10,16 @@ import re
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from . import ROOT
 from .procs import descendants_of, process_alive
 
-__all__ = ["add_worker", "Cluster", "session_conf", "spark_env", "start", "stop", "alive"]
+__all__ = ["add_worker", "kernel_on", "Cluster", "session_conf", "spark_env", "start", "stop", "alive"]
 
 START_TIMEOUT_S = 180.0
 # Short-lived test JVMs on 2 cores start about twice as fast without the optimising JIT and parallel GC.
@@ -191,3 +193,28 @@ def start(workdir: Path, workers: int = 2, cores: int = 1, gpus: int = 0, memory
     c.started_in_s = time.monotonic() - t0
     return c
 
+
+
+def kernel_on(c: Cluster, conf: dict[str, str] | None = None, name: str = "notebook") -> Any:
+    """A real kernel (``support.kernel.Kernel``) whose notebook built a session on ``c`` (``session_conf`` and
+    ``conf``), then loaded the extension; ``executors()`` in it counts the session's executors."""
+    from .kernel import Kernel
+
+    env = {k: v for k, v in spark_env(c.workdir).items() if k.startswith(("SPARK_", "PYSPARK"))}
+    kernel = Kernel({**env, "JUPYTER_TORCHDIST_WARMUP": "0"})
+    settings = {**session_conf(c.url), "spark.app.name": name, **(conf or {})}
+    r = kernel.execute(textwrap.dedent(f"""
+        from pyspark.sql import SparkSession
+        builder = SparkSession.builder
+        for k, v in {settings!r}.items():
+            builder = builder.config(k, v)
+        spark = builder.getOrCreate()
+        %load_ext jupyter_torchdist
+        import jupyter_torchdist as jt
+        def executors():
+            return spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size() - 1
+    """), timeout=180)
+    if r["status"] != "ok":
+        kernel.shutdown()
+        raise RuntimeError(kernel.text(r))
+    return kernel
