@@ -164,13 +164,25 @@ def get_session() -> tuple[Any, bool]:
     from pyspark.sql import SparkSession
 
     with _session_lock:
-        active = SparkSession.getActiveSession()
+        active = SparkSession.getActiveSession() or _session_of_another_thread()
         if active is not None and active is not _embedded:
+            activate(active)
             return active, False
         if _embedded is None:
             _embedded = _start_embedded()
         activate(_embedded)
         return _embedded, True
+
+
+def _session_of_another_thread() -> Any:
+    """The notebook's own session when it was built on another thread (the active session is per thread): a run
+    on a helper thread uses it, never the embedded one (pyspark's builder would return it anyway, as embedded)."""
+    from pyspark.sql import SparkSession
+
+    session = getattr(SparkSession, "_instantiatedSession", None)
+    if session is None or session is _embedded or getattr(session.sparkContext, "_jsc", None) is None:
+        return None
+    return session
 
 
 def activate(session: Any) -> None:

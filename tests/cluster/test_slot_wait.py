@@ -2,6 +2,7 @@
 within a bound; an interrupt ends the wait; a cluster with no executors is said plainly when the bound passes."""
 from __future__ import annotations
 
+import textwrap
 import threading
 import time
 
@@ -72,3 +73,18 @@ def test_a_worker_that_joins_after_the_cell_started_gets_the_ranks(empty_cluster
     to_start = float(started.strip()) - registered
     print(f"worker registered -> ranks started: {to_start:.1f} s")  # the closing note's figure
     assert to_start < 30
+
+
+def test_a_run_on_a_helper_thread_uses_the_notebooks_session(empty_cluster):
+    """The active session is per thread: a run started on another thread than the notebook's session was built on
+    still runs on that session (not on an "embedded" session that pyspark's builder would hand back as it)."""
+    c, kernel = empty_cluster
+    r = kernel.execute(textwrap.dedent("""\
+        import threading
+        out = {}
+        th = threading.Thread(target=lambda: out.update(v=jt.run(lambda: 1, n=2)))
+        th.start(); th.join(120)
+        print(out.get("v"), "|", jt.last_run().state.backend)
+    """), timeout=180)
+    text = kernel.text(r)
+    assert text.strip().startswith("1 | spark spark://") and "embedded" not in text, text
