@@ -19,6 +19,7 @@ from ..options import RunOptions
 from . import give_way
 from .base import Capacity, Launcher
 from .spark_jobs import error_summary, held_slots, hold, release, submit_job
+from .spark_security import require_ssl_consent, session_conf
 from .spark_session import conf_of, get_session, slots_available, wait_for_warm_up
 
 __all__ = ["SparkLauncher"]
@@ -129,12 +130,13 @@ class SparkLauncher(Launcher):
             raise LaunchError("barrier tasks cannot run with dynamic allocation on a cluster: set "
                               "spark.dynamicAllocation.enabled=false for this SparkSession (Spark refuses it, "
                               "SPARK-24942).")
+        ssl_note = require_ssl_consent(session_conf(spark), tls_requested(conf.get))  # before any wait for slots
         _check_slots(spark, options.n, embedded, options.wait)
         if options.gpu:
             self._check_gpus(options, conf)
         host = "127.0.0.1" if self._local else (conf.get("spark.driver.host") or "127.0.0.1")
         tls_on = tls_requested(conf.get)
-        warning = plaintext_warning(conf.get, tls_on)
+        warning = ssl_note or plaintext_warning(conf.get, tls_on)
         return LaunchInfo(label=f"spark {sc.master}" + (" (embedded)" if embedded else ""), channel_host=host,
                           loopback=self._local, channel_tls=tls_on, warnings=(warning,) if warning else (),
                           watcher="the Spark task (its Python worker)",
