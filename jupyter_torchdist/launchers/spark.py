@@ -63,7 +63,7 @@ def _check_slots(spark: Any, n: int, embedded: bool, wait_s: float) -> None:
         raise LaunchError(f"-n {n} needs {n} free task slots, but kept ranks hold {held} of this SparkSession's "
                           f"{slots}: stop them first (%distribute_stop), or ask for at most {slots - held} ranks.")
     master = spark.sparkContext.master
-    if embedded or master.startswith("local") or wait_s <= 0:
+    if embedded or master == "local" or master.startswith("local[") or wait_s <= 0:
         more = ("set JUPYTER_TORCHDIST_SPARK_SLOTS before the first run (the embedded session has a fixed size)"
                 if embedded else "local[N] for a local master; on a cluster more executors or cores "
                 "(spark.executor.cores, spark.cores.max, spark.executor.instances) or fewer cpus per task "
