@@ -32,6 +32,8 @@ def started_at() -> float:
     import torch
     import torch.distributed as dist
 
+    if not dist.is_initialized():  # pyspark's TorchDistributor leaves that to the function; ours has done it
+        dist.init_process_group("gloo")
     t = torch.ones(1)
     dist.all_reduce(t)
     return _t.time()

@@ -340,6 +340,7 @@ class RunPlan:
     keep: bool = False         # kept ranks: after the payload, wait for CELL messages instead of exiting
     probe_s: float | None = None  # the tasks first check they reach the channel (this long) and agree on a mode
     offline: bool = False      # the tasks cannot reach the kernel: rank 0's task relays (launchers/relay.py)
+    versions: tuple[tuple[str, str], ...] = ()  # the kernel's Python and packages a rank's must match (_versions)
 
 
 @dataclass(frozen=True)

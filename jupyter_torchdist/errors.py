@@ -9,6 +9,10 @@
      ├─ ``RunTimeout``     ``--timeout`` passed
      └─ ``RunInterrupted`` the user stopped it
 
+``LaunchError`` and ``RunError`` are also ``RuntimeError``s: pyspark's TorchDistributor raises RuntimeError for the
+same refusals and failures, so ``except RuntimeError`` written for it catches ours. ``OptionsError`` is a
+``ValueError`` instead (bad arguments, as pyspark's ValueError for them), not a RuntimeError.
+
 IPython draws them through ``_render_traceback_``, without our frames.
 """
 from __future__ import annotations
@@ -83,7 +87,7 @@ class OptionsError(DistributeError, ValueError):
     """Bad options; the message names the option and what to write instead."""
 
 
-class LaunchError(DistributeError):
+class LaunchError(DistributeError, RuntimeError):
     """Refused before anything launched; the message says what to change."""
 
 
@@ -91,7 +95,7 @@ class CaptureError(LaunchError):
     """The cell uses something that cannot be sent to the ranks; the message names it."""
 
 
-class RunError(DistributeError):
+class RunError(DistributeError, RuntimeError):
     """The run started and did not succeed.
 
     ``failures`` holds each failed rank's reason (it may be empty for a timeout or an interrupt

@@ -75,7 +75,7 @@ class RunLifecycle:
         rs.has_result = False  # the rank's result no longer stands
         if rank == 0:
             self.value_repr = None
-        self.record(rs, RankFailure(rank, rs.host, "exception", summary, "", at, False))
+        self.record(rs, RankFailure(rank, rs.where, "exception", summary, "", at, False))
 
     def close_out(self, at: float) -> None:
         """The run is over: mark what we never heard the end of, so the report says what we know."""
@@ -142,7 +142,7 @@ class RunLifecycle:
         for rs in self.ranks:
             if not rs.said_hello and not rs.ended:
                 self.record(rs, RankFailure(
-                    rs.rank, rs.host, "launch", f"never started: no task slot came for its task within {waited:.0f} s "
+                    rs.rank, rs.where, "launch", f"never started: no task slot came for its task within {waited:.0f} s "
                     f"({started} of {self.world_size} ranks started)", self.start_hint, at))
         self.start_by = None
 

@@ -83,6 +83,14 @@ class RankState:
             self.state, self.started_at = "starting", at
 
     # -- what the rank says ---------------------------------------------------------------------------
+    @property
+    def where(self) -> str:
+        """The rank's host as people read it: its name, and the address it reached the kernel from where that
+        is not loopback (two hosts may share a name: Debian's 127.0.1.1 layout, cloned images)."""
+        if self.ip and not self.ip.startswith("127.") and self.ip not in (self.host, "::1"):
+            return f"{self.host} ({self.ip})" if self.host else self.ip
+        return self.host
+
     def on_hello(self, msg: C.HelloMsg, at: float) -> None:
         self.host, self.ip = msg.get("host") or self.host, msg.get("ip") or ""
         self.pid, self.store_port, self.said_hello = msg.get("pid"), msg.get("store_port"), True
@@ -161,7 +169,7 @@ class RankState:
             self.state, self.ended_at = "stopped", when
             return None
         summary, tb = msg.get("summary", "failed"), msg.get("traceback", "")
-        return RankFailure(self.rank, self.host, "exception", summary, tb, when, is_secondary(summary, tb))
+        return RankFailure(self.rank, self.where, "exception", summary, tb, when, is_secondary(summary, tb))
 
     # -- what its agent says ----------------------------------------------------------------------------
     def on_agent_hello(self, msg: C.AgentHelloMsg, at: float) -> None:
@@ -179,7 +187,7 @@ class RankState:
             return None
         how = f"killed by {self.exit_signal}" if self.exit_signal else f"exited with code {self.exit_code}"
         hint = " (out of memory? the kernel's OOM killer sends SIGKILL)" if self.exit_signal == "SIGKILL" else ""
-        failure = RankFailure(self.rank, self.host, "exit", f"the rank's process {how}{hint} before finishing the "
+        failure = RankFailure(self.rank, self.where, "exit", f"the rank's process {how}{hint} before finishing the "
                               "cell", "", msg.get("at") or at, False)
         if self.rank_connected:
             # The agent's socket and the rank's are read by different threads: the rank's result or
@@ -203,7 +211,7 @@ class RankState:
         self.agent_exited = True
         if self.ended:
             return None
-        return RankFailure(self.rank, self.host, "lost", summary, traceback, at, is_secondary(summary))
+        return RankFailure(self.rank, self.where, "lost", summary, traceback, at, is_secondary(summary))
 
     def on_stopped(self, at: float) -> None:
         self.agent_exited = True

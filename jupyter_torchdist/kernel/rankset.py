@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass
 
 from .. import contract as C
+from .._versions import local_versions
 from ..channel.server import ChannelServer
 from ..contract import Inbound, LaunchInfo, RunPlan
 from ..data.service import DataService
@@ -106,12 +107,12 @@ class RankSet:
                        secret=self.server.secret, payload=payload, filename=filename, source=source,
                        gpu=options.gpu, threads=options.backend_threads, max_value_bytes=options.max_value_bytes,
                        all_ranks=options.all_ranks, loopback=self.info.loopback, tls=self.server.tls_pin,
-                       keep=self.keep)
+                       keep=self.keep, versions=tuple(local_versions().items()))
 
     def after_cell(self, state: RunState, sup: Supervisor) -> None:
         """Learn what the cell told about the ranks; a kept set the cell broke is closed here."""
         self.cells += 1
-        self.hosts = {r.rank: (r.host, r.pid) for r in state.ranks}
+        self.hosts = {r.rank: (r.where, r.pid) for r in state.ranks}
         if sup.names is not None:
             self.rank_names = set(sup.names)
         if sup.broken is not None:

@@ -39,7 +39,7 @@ def _rank_snapshot(r: RankState, end: float, log_tail: int) -> RankSnapshot:
     stop = r.ended_at if r.ended_at is not None else end
     tail = list(r.logs)[-log_tail:] if log_tail else []
     return {
-        "rank": r.rank, "host": r.host, "state": r.state, "step": r.step, "total": r.total,
+        "rank": r.rank, "host": r.where, "state": r.state, "step": r.step, "total": r.total,
         "rate": None if r.rate is None else round(r.rate, 3), "metrics": dict(r.metrics),
         "last_line": r.last_line,
         "elapsed_s": None if r.started_at is None else round(max(0.0, stop - r.started_at), 3),

@@ -27,6 +27,7 @@ from ..gpus import pick_gpu, require_local_gpus
 from ..options import RunOptions
 from .base import Capacity, Launcher
 from .spark_jobs import error_summary, held_slots, hold, release, submit_job
+from .spark_security import require_ssl_consent, session_conf
 from .spark_session import local_slots
 
 __all__ = ["ConnectLauncher", "connect_session", "connect_conf", "CHANNEL_HOST_CONF", "CHANNEL_HOST_ENV",
@@ -215,7 +216,7 @@ class ConnectLauncher(Launcher):
             raise LaunchError(OFFLINE.format(address=advertise or host).replace(
                 "live progress is unavailable", "kept ranks cannot run here", 1))
         tls_on = tls_requested(lambda key: connect_conf(spark, key))
-        warning = plaintext_warning(lambda key: connect_conf(spark, key), tls_on)
+        warning = require_ssl_consent(session_conf(spark), tls_on) or plaintext_warning(session_conf(spark), tls_on)
         if _reachable.get(self._key) is False:  # said before the run, since the view will stay empty until its end
             warning = OFFLINE.format(address=f"{advertise[0]}:{advertise[1] or '(the channel port)'}" if advertise
                                      else host)

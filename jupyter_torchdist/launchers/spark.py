@@ -18,7 +18,8 @@ from ..gpus import pick_gpu, require_local_gpus
 from ..options import RunOptions
 from . import give_way
 from .base import Capacity, Launcher
-from .spark_jobs import error_summary, held_slots, hold, release, submit_job
+from .spark_jobs import error_summary, explain_worker_python, held_slots, hold, release, submit_job
+from .spark_security import require_ssl_consent, session_conf
 from .spark_session import conf_of, dynamic_allocation, get_session, slots_available, wait_for_warm_up
 
 __all__ = ["SparkLauncher"]
@@ -47,6 +48,7 @@ def _rank_task_dynamic(plan: RunPlan, local_gpus: list[str] | None, _: Any) -> A
     from jupyter_torchdist.rank.agent import run_agent
 
     ctx = TaskContext.get()
+    assert ctx is not None  # inside a task
     rank = ctx.partitionId()
     if ctx.attemptNumber() > 0:
         yield {"t": C.EXIT, "rank": rank, "retried": ctx.attemptNumber()}
@@ -80,7 +82,7 @@ def _check_slots(spark: Any, n: int, embedded: bool, wait_s: float) -> None:
         raise LaunchError(f"-n {n} needs {n} free task slots, but kept ranks hold {held} of this SparkSession's "
                           f"{slots}: stop them first (%distribute_stop), or ask for at most {slots - held} ranks.")
     master = spark.sparkContext.master
-    if embedded or master.startswith("local") or wait_s <= 0:
+    if embedded or master == "local" or master.startswith("local[") or wait_s <= 0:
         more = ("set JUPYTER_TORCHDIST_SPARK_SLOTS before the first run (the embedded session has a fixed size)"
                 if embedded else "local[N] for a local master; on a cluster more executors or cores "
                 "(spark.executor.cores, spark.cores.max, spark.executor.instances) or fewer cpus per task "
@@ -125,6 +127,14 @@ _DYNAMIC_HINT = ("With dynamic allocation Spark asks the cluster for an executor
                  "or kept ranks elsewhere), or wait longer (--wait SECONDS).")
 
 
+def _honour_python(sc: Any, conf: dict[str, str]) -> None:
+    """``spark.pyspark.python`` on the session names the executors' Python; pyspark's SparkContext only reads the
+    PYSPARK_PYTHON environment variable for it (a notebook kernel seldom has it set), so ours apply the setting."""
+    want = conf.get("spark.pyspark.python")
+    if want and getattr(sc, "pythonExec", want) != want:
+        sc.pythonExec = want
+
+
 def _check_dynamic(conf: dict[str, str], n: int, wait_s: float) -> None:
     """Dynamic allocation: the ranks are ordinary tasks (Spark refuses barrier stages there, SPARK-24942), gang-
     started by the kernel's rendezvous. What would start a second copy of a rank, or can never give N slots, is
@@ -163,6 +173,18 @@ def _retried(ends: list[Any]) -> str | None:
             "was lost); a rank never runs twice, so the run ends here.")
 
 
+def _executor_hosts(sc: Any) -> list[str]:
+    """The hosts of the session's executors (the driver's own entry left out), for messages."""
+    try:
+        status = sc._jsc.sc().getExecutorMemoryStatus()
+        driver = f"{sc.getConf().get('spark.driver.host', '')}:"
+        keys = [str(k) for k in sc._jvm.scala.jdk.javaapi.CollectionConverters.asJava(status.keySet())]
+    except Exception:
+        return []
+    return sorted({k.rsplit(":", 1)[0] for k in keys if not k.startswith(driver)}) or sorted(
+        {k.rsplit(":", 1)[0] for k in keys})
+
+
 def _executors(sc: Any) -> int:
     try:
         return max(0, int(sc._jsc.sc().getExecutorMemoryStatus().size()) - 1)  # less the driver
@@ -188,6 +210,8 @@ class SparkLauncher(Launcher):
         self._spark, sc = spark, spark.sparkContext
         self._local = sc.master.startswith("local")
         conf = conf_of(sc)
+        _honour_python(sc, conf)
+        ssl_note = require_ssl_consent(session_conf(spark), tls_requested(conf.get))  # before any wait for slots
         self._dynamic = not self._local and dynamic_allocation(conf)
         if self._dynamic:
             _check_dynamic(conf, options.n, options.wait)
@@ -197,7 +221,7 @@ class SparkLauncher(Launcher):
             self._check_gpus(options, conf)
         host = "127.0.0.1" if self._local else (conf.get("spark.driver.host") or "127.0.0.1")
         tls_on = tls_requested(conf.get)
-        warning = plaintext_warning(conf.get, tls_on)
+        warning = ssl_note or plaintext_warning(conf.get, tls_on)
         label = f"spark {sc.master}" + (" (embedded)" if embedded else " (dynamic allocation)" if self._dynamic else "")
         return LaunchInfo(label=label, channel_host=host, loopback=self._local, channel_tls=tls_on,
                           warnings=(warning,) if warning else (), watcher="the Spark task (its Python worker)",
@@ -227,7 +251,7 @@ class SparkLauncher(Launcher):
                 ends = (ranks if dynamic else ranks.barrier()).mapPartitions(task).collect()
                 error = _retried(ends)
             except BaseException as exc:
-                error = error_summary(exc)
+                error = explain_worker_python(error_summary(exc), sc.pythonExec, _executor_hosts(sc))
             finally:
                 release(plan.run_id)
                 try:

@@ -5,10 +5,11 @@ Shared by the rank launcher (``spark``) and the data plane (``spark_data``); no 
 from __future__ import annotations
 
 import queue
+import re
 import threading
 from collections.abc import Callable
 
-__all__ = ["submit_job", "error_summary", "held_slots", "hold", "release"]
+__all__ = ["submit_job", "error_summary", "held_slots", "hold", "release", "explain_worker_python"]
 
 _held: dict[str, int] = {}  # kept sets' run ids -> the task slots their running job holds
 
@@ -57,3 +58,25 @@ def error_summary(exc: BaseException) -> str:
     keep = [ln for ln in str(exc).splitlines()
             if ln.strip() and not ln.lstrip().startswith(("at ", "...")) and "JVM stacktrace" not in ln]
     return "\n".join(keep[:30])[:4000] or type(exc).__name__
+
+
+_CANNOT_RUN = re.compile(r"No module named '?(jupyter_torchdist|torch|cloudpickle)"
+                         r"|EOFException occurred while reading the port number from (\S+)"
+                         r"|Cannot run program \"([^\"]+)\"")
+_WHERE = re.compile(r"\(TID \d+\) \(([^\s)]+) executor")
+
+
+def explain_worker_python(error: str, python: str, hosts: list[str] | None = None) -> str:
+    """A Spark job error that says the executors' Python cannot run our tasks, in the user's words (with what to
+    set); any other error as it is. Spark's own text names the daemon's port or an executor's log, not the cause."""
+    m = _CANNOT_RUN.search(error)
+    if m is None:
+        return error
+    where = _WHERE.search(error)  # a barrier stage's failure names no task host: then every executor's hosts
+    host = f" on {where[1]}" if where else f" on the executors at {', '.join(hosts)}" if hosts else ""
+    what = (f"could not import {m[1]}" if m[1] else f"could not find the Python program {m[3]}" if m[3]
+            else f"could not start {m[2].rstrip('.:,')} (most likely jupyter_torchdist is not installed for it)")
+    return (f"the executors' Python ({python}{host}) {what}: install torch and jupyter-torchdist (the kernel's "
+            "versions) for that Python, or point the executors at a Python that has them: PYSPARK_PYTHON in the "
+            "kernel's environment before the session is created, or spark.pyspark.python on the session "
+            "(spark.executorEnv.PYTHONPATH for a source checkout).\n" + error)

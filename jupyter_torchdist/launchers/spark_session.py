@@ -16,9 +16,9 @@ import tempfile
 import threading
 from typing import Any, Final
 
-__all__ = ["get_session", "dynamic_allocation", "embedded_session", "local_slots", "stop_embedded_session", "warm_up_async", "activate",
-           "activate_embedded", "slots_available", "conf_of", "session_log", "embedded_slots", "SLOTS_ENV",
-           "DAEMON_MODULE"]
+__all__ = ["get_session", "dynamic_allocation", "embedded_session", "local_slots", "stop_embedded_session",
+           "warm_up_async", "activate", "activate_embedded", "slots_available", "conf_of", "session_log",
+           "embedded_slots", "SLOTS_ENV", "DAEMON_MODULE"]
 
 DAEMON_MODULE: Final = "jupyter_torchdist._daemon"
 SLOTS_ENV: Final = "JUPYTER_TORCHDIST_SPARK_SLOTS"

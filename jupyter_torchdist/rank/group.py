@@ -15,6 +15,7 @@ from .. import contract as C
 from ..channel import protocol as P
 from ..contract import RunPlan
 from . import api as rank_api
+from .interfaces import choose_interfaces
 
 __all__ = ["rendezvous", "set_env", "init_group"]
 
@@ -53,7 +54,7 @@ def rendezvous(sock: Any, plan: RunPlan, rank: int) -> tuple[C.RendezvousMsg, An
     return rdv, store
 
 
-def set_env(plan: RunPlan, rank: int, rdv: C.RendezvousMsg, gpu_address: str | None) -> str:
+def set_env(plan: RunPlan, rank: int, rdv: C.RendezvousMsg, gpu_address: str | None, bind_ip: str) -> str:
     """The environment torchrun would give (frameworks read it); returns this rank's device name."""
     env = {
         "RANK": rank, "WORLD_SIZE": plan.world_size, "LOCAL_RANK": rdv["local_rank"],
@@ -64,6 +65,8 @@ def set_env(plan: RunPlan, rank: int, rdv: C.RendezvousMsg, gpu_address: str | N
     os.environ.update({k: str(v) for k, v in env.items()})
     if plan.loopback:
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    else:
+        choose_interfaces(bind_ip)  # not the interface the host's own name resolves to (127.0.1.1 on Debian)
     device = "cpu"
     if plan.gpu:
         os.environ["CUDA_VISIBLE_DEVICES"] = str(gpu_address)

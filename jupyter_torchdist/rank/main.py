@@ -14,6 +14,7 @@ import cloudpickle
 
 from .. import contract as C
 from .._sources import register_source
+from .._versions import unfit
 from ..channel import protocol as P
 from ..channel.client import connect
 from ..contract import RunPlan
@@ -136,11 +137,16 @@ def rank_main(plan: RunPlan, rank: int, gpu_address: str | None = None) -> int:
     signal.signal(signal.SIGINT, signal.default_int_handler)  # a forked worker may have ignored it
     tune_allocator()
     sock = connect(plan.address, plan.secret, rank, P.ROLE_RANK, tls=plan.tls)
+    why = unfit(plan.versions)
+    if why is not None:  # said before anything of the kernel's is unpickled, or any peer is waited for
+        RankClient(sock).send_final([final_message("error", RuntimeError(why), filename=plan.filename,
+                                                   send_value=False, max_bytes=0)])
+        return 1
     rdv, store = rendezvous(sock, plan, rank)
-    device = set_env(plan, rank, rdv, gpu_address)
+    bind_ip = "127.0.0.1" if plan.loopback else sock.getsockname()[0]
+    device = set_env(plan, rank, rdv, gpu_address, bind_ip)
     client = RankClient(sock)
     link = KernelLink(sock)
-    bind_ip = "127.0.0.1" if plan.loopback else sock.getsockname()[0]
     install(RankRuntime(plan, rank, client, link, bind_ip, UsageSampler(client.post_usage, gpu=plan.gpu)))
     install_tqdm(rank_api.report)
     if plan.keep:

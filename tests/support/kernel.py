@@ -14,9 +14,14 @@ from .procs import descendants_of
 
 
 class Kernel:
-    def __init__(self, extra_env: dict[str, str] | None = None) -> None:
+    def __init__(self, extra_env: dict[str, str | None] | None = None) -> None:
+        """A kernel with this process's environment and ``extra_env`` (a None value removes the variable)."""
         env = dict(os.environ)
-        env.update(extra_env or {})
+        for key, value in (extra_env or {}).items():
+            if value is None:
+                env.pop(key, None)
+            else:
+                env[key] = value
         self.km = KernelManager(kernel_name="python3")
         self.km.start_kernel(env=env)
         self.kc = self.km.client()

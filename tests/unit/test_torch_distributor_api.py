@@ -1,0 +1,256 @@
+"""TorchDistributor's constructor decides what pyspark's does, before anything runs: ``input_params`` and
+``num_tasks``, GPU refusals naming the setting, the local-mode cap with its warning on the ``TorchDistributor``
+logger, pyspark's ``_check_encryption``; errors catchable as pyspark's (RuntimeError). Sessions are faked here (the
+rules read only a session's conf and driver resources); real sessions: ranks/test_torch_distributor.py."""
+from __future__ import annotations
+
+import logging
+import types
+
+import pytest
+
+from jupyter_torchdist import TorchDistributor
+from jupyter_torchdist.errors import (CaptureError, LaunchError, OptionsError, RunError, RunFailed, RunInterrupted,
+                                      RunTimeout)
+from jupyter_torchdist.kernel import torch_distributor as td
+from jupyter_torchdist.kernel.torch_distributor import GpuFacts, gpu_plan
+from jupyter_torchdist.launchers import spark as spark_mod
+from jupyter_torchdist.launchers import spark_session
+from jupyter_torchdist.options import DEFAULT_WAIT_S, RunOptions
+
+
+class FakeConf:
+    def __init__(self, values: dict[str, str]) -> None:
+        self.values = values
+
+    def get(self, key: str, default: str | None = None) -> str | None:
+        return self.values.get(key, default)
+
+
+class FakeSession:
+    """A notebook's classic SparkSession: its runtime conf and its driver's resources."""
+
+    def __init__(self, conf: dict[str, str] | None = None, resources: tuple[str, ...] = ()) -> None:
+        self.conf = FakeConf(dict(conf or {}))
+        self.sparkContext = types.SimpleNamespace(resources={name: object() for name in resources})
+
+
+@pytest.fixture
+def session(monkeypatch):
+    """Make ``FakeSession``s the notebook's session: ``session(conf, resources)``."""
+    def use(conf: dict[str, str] | None = None, resources: tuple[str, ...] = ()) -> FakeSession:
+        made = FakeSession(conf, resources)
+        monkeypatch.setattr(td, "_notebook_session", lambda: made)
+        return made
+    return use
+
+
+@pytest.fixture
+def no_session(monkeypatch):
+    monkeypatch.setattr(td, "_notebook_session", lambda: None)
+
+
+DRIVER_3 = {"spark.driver.resource.gpu.amount": "3"}
+
+
+# -- input_params and the attributes pyspark's tests read ---------------------------------------------------------
+@pytest.mark.parametrize("n,local", [(1, True), (100, True), (1, False), (100, False)])
+def test_input_params_are_pysparks(no_session, n, local):
+    dist = TorchDistributor(n, local, False)
+    assert dist.input_params == {"num_processes": n, "local_mode": local, "use_gpu": False, "num_tasks": n}
+    assert dist.num_tasks == n and dist.ssl_conf == "pytorch.spark.distributor.ignoreSsl"
+    assert dist.spark is None and dist.is_remote is False and dist.logger.name == "TorchDistributor"
+
+
+def test_the_session_it_sees_is_the_notebooks(session):
+    made = session()
+    assert TorchDistributor(2, False, False).spark is made
+
+
+# -- the GPU rule, pure ------------------------------------------------------------------------------------------
+def test_local_mode_refuses_a_session_that_gives_the_driver_no_gpu():
+    for facts in (GpuFacts(from_session=True), GpuFacts(from_session=True, driver_amount="0"),
+                  GpuFacts(from_session=True, driver_amount="3", driver_has_gpu=False)):
+        with pytest.raises(RuntimeError, match="driver") as info:
+            gpu_plan(2, True, facts)
+        text = str(info.value)
+        assert "spark.driver.resource.gpu.amount" in text and "use_gpu=False to train on the CPU" in text
+
+
+def test_local_mode_caps_num_processes_at_the_drivers_gpus_and_says_so():
+    facts = GpuFacts(from_session=True, driver_amount="3", driver_has_gpu=True)
+    assert gpu_plan(2, True, facts) == td.GpuPlan(2, 2, None)
+    plan = gpu_plan(8, True, facts)
+    assert (plan.num_processes, plan.num_tasks) == (3, 3)
+    assert "num_processes=8" in (plan.warning or "") and "set to 3" in (plan.warning or "")
+
+
+def test_cluster_mode_counts_tasks_by_the_task_gpu_amount_as_pyspark():
+    facts = lambda amount: GpuFacts(from_session=True, task_amount=amount)
+    assert gpu_plan(8, False, facts("1")).num_tasks == 8
+    assert gpu_plan(8, False, facts("2")).num_tasks == 4
+    with pytest.raises(RuntimeError, match="multiple of spark.task.resource.gpu.amount"):
+        gpu_plan(8, False, facts("3"))
+
+
+@pytest.mark.parametrize("amount,said", [(None, "is unset"), ("0", "is unset"), ("0.5", "below one GPU per task"),
+                                         ("lots", "is not a number")])
+def test_cluster_mode_refuses_without_a_task_gpu_amount(amount, said):
+    with pytest.raises(RuntimeError, match="spark.task.resource.gpu.amount") as info:
+        gpu_plan(2, False, GpuFacts(from_session=True, task_amount=amount))
+    assert said in str(info.value) and "use_gpu=False to train on the CPU" in str(info.value)
+
+
+def test_without_a_notebook_session_this_machines_gpus_decide(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    with pytest.raises(RuntimeError, match="CUDA_VISIBLE_DEVICES=") as info:
+        gpu_plan(2, True, GpuFacts(from_session=False))
+    assert "use_gpu=False" in str(info.value)
+    with pytest.raises(RuntimeError, match="unset"):
+        gpu_plan(2, False, GpuFacts(from_session=False))
+    plan = gpu_plan(4, True, GpuFacts(from_session=False, visible=("0", "1")))
+    assert (plan.num_processes, plan.num_tasks) == (2, 2) and "visible on this machine" in (plan.warning or "")
+    assert gpu_plan(4, False, GpuFacts(from_session=False, visible=("0",))).num_tasks == 4  # the launcher counts
+
+
+# -- the constructor applies it ----------------------------------------------------------------------------------
+def test_constructor_refuses_use_gpu_without_gpus_as_a_runtime_error(no_session, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    with pytest.raises(RuntimeError, match="use_gpu=False"):
+        TorchDistributor(2, True, True)
+
+
+def test_constructor_refuses_with_the_sessions_setting_named(session):
+    session()
+    with pytest.raises(RuntimeError, match="driver"):
+        TorchDistributor(1, True, True)
+    with pytest.raises(RuntimeError, match="unset"):
+        TorchDistributor(1, False, True)
+
+
+def test_constructor_caps_local_mode_with_one_warning_on_the_torchdistributor_logger(session, caplog):
+    session(DRIVER_3, resources=("gpu",))
+    with caplog.at_level(logging.WARNING, logger="TorchDistributor"):
+        dist = TorchDistributor(8, True, True)
+    records = [r for r in caplog.records if r.name == "TorchDistributor"]
+    assert len(records) == 1 and records[0].levelno == logging.WARNING
+    assert dist.num_processes == 3 and dist.input_params["num_processes"] == 3 and dist.num_tasks == 3
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="TorchDistributor"):
+        assert TorchDistributor(2, True, True).num_processes == 2
+    assert not caplog.records
+
+
+def test_constructor_reads_the_cluster_task_amount(session):
+    session({"spark.task.resource.gpu.amount": "2"})
+    dist = TorchDistributor(8, False, True)
+    assert dist.num_tasks == 4 and dist.num_processes == 8
+
+
+def test_num_processes_is_checked_first(session):
+    session()
+    with pytest.raises(ValueError, match="positive"):
+        TorchDistributor(0, False, True)
+
+
+# -- which session counts ----------------------------------------------------------------------------------------
+def test_the_notebook_session_is_found_without_importing_pyspark(monkeypatch):
+    """Through sys.modules, as pyspark's SparkSession.active() finds it; our embedded session does not count."""
+    monkeypatch.setattr(td, "_is_embedded", lambda s: s == "ours")
+    from jupyter_torchdist.launchers import connect
+
+    monkeypatch.setattr(connect, "connect_session", lambda: None)
+    monkeypatch.delitem(__import__("sys").modules, "pyspark.sql", raising=False)
+    assert td._notebook_session() is None  # pyspark not loaded: no session can exist
+    active = {"session": "users"}
+
+    class SparkSession:
+        @staticmethod
+        def active():
+            if active["session"] is None:
+                raise RuntimeError("NO_ACTIVE_OR_DEFAULT_SESSION")
+            return active["session"]
+
+    monkeypatch.setitem(__import__("sys").modules, "pyspark.sql", types.SimpleNamespace(SparkSession=SparkSession))
+    assert td._notebook_session() == "users"
+    active["session"] = "ours"
+    assert td._notebook_session() is None
+    active["session"] = None
+    assert td._notebook_session() is None
+
+
+def test_the_embedded_session_is_recognised_by_its_spark_context(monkeypatch):
+    context = object()
+    monkeypatch.setattr(spark_session, "_embedded", types.SimpleNamespace(sparkContext=context))
+    assert td._is_embedded(types.SimpleNamespace(sparkContext=context))
+    assert not td._is_embedded(types.SimpleNamespace(sparkContext=object()))
+    assert not td._is_embedded(object())  # a Connect session has no SparkContext
+
+
+# -- pyspark's _check_encryption ---------------------------------------------------------------------------------
+def test_check_encryption_refuses_as_pyspark(session, monkeypatch):
+    monkeypatch.delenv("JUPYTER_TORCHDIST_CHANNEL_TLS", raising=False)
+    made = session({"spark.ssl.enabled": "true"})
+    dist = TorchDistributor(1, True, False)
+    with pytest.raises(RuntimeError, match="encryption"):
+        dist._check_encryption()
+    made.conf.values["pytorch.spark.distributor.ignoreSsl"] = "true"
+    dist._check_encryption()
+    made.conf.values["spark.ssl.enabled"] = "false"
+    made.conf.values["pytorch.spark.distributor.ignoreSsl"] = "false"
+    dist._check_encryption()
+
+
+def test_check_encryption_warns_on_the_logger_when_the_switch_lets_it_go(session, caplog):
+    session({"spark.ssl.enabled": "true", "my.ignoreSsl": "true"})
+    dist = TorchDistributor(1, True, False, _ssl_conf="my.ignoreSsl")
+    with caplog.at_level(logging.WARNING, logger="TorchDistributor"):
+        dist._check_encryption()
+    assert any("not encrypted" in r.getMessage() for r in caplog.records)
+
+
+def test_check_encryption_without_any_session_has_nothing_to_check(no_session, monkeypatch):
+    monkeypatch.setattr(spark_session, "_embedded", None)
+    TorchDistributor(1, True, False)._check_encryption()
+
+
+# -- run() -------------------------------------------------------------------------------------------------------
+def test_run_uses_the_default_wait_for_task_slots(no_session, monkeypatch):
+    """So a cluster session whose executors are still registering is waited for, as by %%distribute."""
+    seen = []
+    monkeypatch.setattr(td, "launch", lambda work, options, view: seen.append(options) or
+                        types.SimpleNamespace(value=7))
+    assert TorchDistributor(3, False, False).run(len, [1]) == 7
+    assert seen == [RunOptions(n=3, gpu=False, local=False)] and seen[0].wait == DEFAULT_WAIT_S > 0
+
+
+def test_run_refuses_several_gpus_per_task_before_launching(session, monkeypatch):
+    session({"spark.task.resource.gpu.amount": "2"})
+    monkeypatch.setattr(td, "launch", lambda *a: pytest.fail("launched"))
+    with pytest.raises(RuntimeError, match="spark.task.resource.gpu.amount=1"):
+        TorchDistributor(4, False, True).run(len, [1])
+
+
+# -- errors catchable as pyspark's -------------------------------------------------------------------------------
+def test_launch_and_run_errors_are_runtime_errors_and_option_errors_stay_value_errors():
+    for cls in (LaunchError, CaptureError, RunError, RunFailed, RunTimeout, RunInterrupted):
+        assert issubclass(cls, RuntimeError), cls
+    assert issubclass(OptionsError, ValueError) and not issubclass(OptionsError, RuntimeError)
+
+
+# -- local-cluster masters grow: wait for their executors ----------------------------------------------------------
+class _Context:
+    def __init__(self, master: str, slots: int) -> None:
+        self.master, self.defaultParallelism = master, slots
+
+
+def test_a_local_cluster_master_is_waited_for_and_a_local_one_is_not(capsys):
+    """``local-cluster[...]`` has executors that register after the session starts; ``local[N]`` never grows."""
+    with pytest.raises(LaunchError, match="after waiting 0.3 s"):
+        spark_mod._check_slots(types.SimpleNamespace(sparkContext=_Context("local-cluster[2,1,1024]", 1)), 2,
+                               embedded=False, wait_s=0.3)
+    assert "waiting for 2 task slots on local-cluster[2,1,1024]" in capsys.readouterr().out
+    for master in ("local[1]", "local", "local[1,3]"):
+        with pytest.raises(LaunchError, match="has 1. Ask for fewer ranks"):
+            spark_mod._check_slots(types.SimpleNamespace(sparkContext=_Context(master, 1)), 2, embedded=False,
+                                   wait_s=30)
