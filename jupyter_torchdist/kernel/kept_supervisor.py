@@ -16,7 +16,7 @@ from .. import contract as C
 from ..contract import Inbound
 from ..errors import RunError
 from ..options import RunOptions
-from .supervisor import FRAME_S, ECHO_GRACE_S, Supervisor
+from .supervisor import FRAME_S, ECHO_GRACE_S, SILENCE_S, Supervisor
 
 __all__ = ["KeptSupervisor", "KEEP_GRACE_S", "SURVIVED", "STOPPED"]
 
@@ -75,6 +75,9 @@ class KeptSupervisor(Supervisor):
         return self.state.settled or now - self.broken_at > BREAK_LIMIT_S
 
     def tick(self, now: float) -> None:
+        if self.broken is None and self.state.lose_silent(now, SILENCE_S):
+            lost = min((f for f in self.state.failures.values() if f.kind == "lost"), key=lambda f: f.at)
+            self.break_set(f"{lost.label()} {lost.summary}")
         if self.first_failure_at is not None and now - self.first_failure_at >= ECHO_GRACE_S:
             self.stop("failed")
         if self.deadline is not None and now >= self.deadline:

@@ -53,12 +53,15 @@ class RunLifecycle:
             self.failures.setdefault(rs.rank, failure)
 
     # -- transitions the kernel makes ---------------------------------------------------------------
-    def begin_cell(self, cell: int, hosts: dict[int, tuple[str, int | None]], at: float) -> None:
-        """Kept ranks: a later cell starts on ranks that are already up (no hello, no rendezvous)."""
+    def begin_cell(self, cell: int, hosts: dict[int, tuple[str, int | None]], at: float,
+                   heard: dict[int, float] | None = None) -> None:
+        """Kept ranks: a later cell starts on ranks that are already up (no hello, no rendezvous); ``heard``:
+        when each last said anything (their heartbeat goes on between cells), so a lost one is judged at once."""
         self.cell, self.status = cell, "running"
         for rs in self.ranks:
             rs.host, rs.pid = hosts.get(rs.rank, ("", None))
             rs.state, rs.started_at, rs.said_hello, rs.rank_connected = "running", at, True, True
+            rs.last_word = (heard or {}).get(rs.rank)
 
     def begin_stop(self, reason: str, at: float) -> bool:
         """The run is being stopped (a failure, --timeout, an interrupt). False if it already was."""
@@ -134,6 +137,13 @@ class RunLifecycle:
                 f"ranks failed, each with a peer's connection error, none with an error of its own)"
                 + (f"; ranks that could not connect: {never[:16]}" if never else "")
                 + f". First reported: {root.label()}: {root.summary}")
+
+    def lose_silent(self, at: float, after_s: float) -> bool:
+        """Ranks that sent a heartbeat and then nothing for ``after_s`` seconds are lost, each named; True if any."""
+        silent = [(rs, rs.silent_for(at)) for rs in self.ranks if rs.silent_for(at) >= after_s]
+        for rs, waited in silent:
+            self.record(rs, rs.on_silence(waited, at))
+        return bool(silent)
 
     def fail_unstarted(self, at: float) -> None:
         """The start bound passed with ranks that never checked in: each is a launch failure, said once."""

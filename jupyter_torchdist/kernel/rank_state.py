@@ -58,6 +58,7 @@ class RankState:
     exit_signal: str | None = None
     failure: RankFailure | None = None
     said_hello: bool = False
+    last_word: float | None = None  # when the rank last said anything, from its first usage reading on (heartbeat)
     has_result: bool = False
     agent_exited: bool = False
     rank_connected: bool = False                # the rank's own connection is open: its messages may be in flight
@@ -153,6 +154,25 @@ class RankState:
 
     def on_usage(self, msg: C.UsageMsg, at: float) -> None:
         fold_usage(self.usage, msg, at)
+        self.last_word = at  # its sampler says something every second from now on: silence means it is gone
+
+    def heard(self, at: float) -> None:
+        """Any word from the rank (once it is known to send usage readings)."""
+        if self.last_word is not None:
+            self.last_word = max(self.last_word, at)
+
+    def silent_for(self, at: float) -> float:
+        """Seconds since a rank that sends a heartbeat last said anything (0 if it does not, or has ended)."""
+        if self.last_word is None or self.ended or self.state not in ("starting", "running"):
+            return 0.0
+        return at - self.last_word
+
+    def on_silence(self, waited: float, at: float) -> RankFailure:
+        """Nothing from the rank for ``waited`` seconds while it ran: its host, link or executor is gone, and
+        nothing more will come about it (its agent cannot say how it ended: the run need not wait for that)."""
+        self.agent_exited = True
+        return RankFailure(self.rank, self.where, "lost", f"lost: no word from it for {waited:.0f} s (its host or "
+                           "its link went away, its executor was killed, or its process is frozen)", "", at, False)
 
     def on_result(self, msg: C.ResultMsg, at: float) -> bool:
         """The cell ended with a value; False if the rank had ended already (the result does not count)."""

@@ -22,7 +22,7 @@ from ..options import RunOptions
 from ..views import RunView
 from .kept_supervisor import KeptSupervisor
 from .state import RunState
-from .supervisor import Supervisor
+from .supervisor import SILENCE_S, Supervisor
 
 __all__ = ["RankSet", "KeptInfo"]
 
@@ -59,6 +59,7 @@ class RankSet:
         self.run_id = secrets.token_hex(6)
         self.cells, self.since, self.closed = 0, time.time(), False
         self.hosts: dict[int, tuple[str, int | None]] = {}
+        self.heard: dict[int, float] = {}  # kept ranks: when each last said anything (usage readings go on)
         self.rank_names: set[str] = set()  # global names the ranks' own code defined (kept ranks)
 
     # -- one cell ----------------------------------------------------------------------------------------
@@ -70,7 +71,7 @@ class RankSet:
             state.notes.append(f"kept ranks hold {options.n} {self.launcher.slot_noun} until %distribute_stop "
                                "(or ranks.stop())")
         if cell > 1:
-            state.begin_cell(cell, self.hosts, state.started_at)
+            state.begin_cell(cell, self.hosts, state.started_at, self.heard)
         elif self.info.start_bound_s is not None:
             state.start_by, state.start_hint = state.started_at + self.info.start_bound_s, self.info.start_hint
         return state
@@ -113,6 +114,7 @@ class RankSet:
         """Learn what the cell told about the ranks; a kept set the cell broke is closed here."""
         self.cells += 1
         self.hosts = {r.rank: (r.where, r.pid) for r in state.ranks}
+        self.heard = {r.rank: r.last_word for r in state.ranks if r.last_word is not None}
         if sup.names is not None:
             self.rank_names = set(sup.names)
         if sup.broken is not None:
@@ -132,10 +134,21 @@ class RankSet:
             try:
                 ev = self.inbox.get_nowait()
             except queue.Empty:
-                return why
+                return why or self._silent_since_last_cell(time.time())
+            if ev.role == C.RANK and ev.rank in self.heard:
+                self.heard[ev.rank] = max(self.heard[ev.rank], ev.at)
             if (ev.role, ev.msg.get("t")) in _BROKEN_BETWEEN and why is None:
                 what = ev.msg.get("summary") or ev.msg.get("signal") or ev.msg.get("code") or ev.msg.get("t")
                 why = f"rank {ev.rank} ended between cells ({what})" if ev.rank >= 0 else "the launcher's job ended"
+
+    def _silent_since_last_cell(self, now: float) -> str | None:
+        """A kept rank whose heartbeat stopped between cells: its host, link or executor is gone."""
+        for rank, at in sorted(self.heard.items()):
+            if now - at >= SILENCE_S:
+                where = self.hosts.get(rank, ("", None))[0]
+                return (f"rank {rank}{f' on {where}' if where else ''} lost: no word from it for {now - at:.0f} s "
+                        "(its host or its link went away, its executor was killed, or its process is frozen)")
+        return None
 
     def close(self, wait_s: float = 10.0) -> None:
         """Kill every rank, end the launcher's job, close the channel; waits up to ``wait_s`` for the job."""

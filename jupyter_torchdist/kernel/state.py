@@ -46,6 +46,8 @@ class RunState(RunLifecycle):
 
     def _about_rank(self, rs: RankState, role: C.Role, msg: _AboutRank, at: float) -> None:
         """What the rank says (most messages, so first), else what its agent, the channel or the launcher say."""
+        if role == C.RANK:
+            rs.heard(at)
         if msg["t"] == C.PROGRESS:
             rs.on_progress(msg, at)
         elif msg["t"] == C.LOG:

@@ -34,6 +34,9 @@ STOP_GRACE_S: Final = 3.0     # after asking ranks to stop, wait this long befor
 STOP_LIMIT_S: Final = 15.0    # ... and this long in all before giving up on confirmations
 SETTLE_GRACE_S: Final = 3.0   # after the job ended, wait this long for the last messages
 ECHO_GRACE_S: Final = 1.0     # a peer's "connection closed" may arrive before the real error: wait for it
+# A running rank's sampler says something every second; this long without a word, its host, link or executor is
+# gone (a link down sends no reset: nothing else would tell). Well above what a slow or busy link delays it by.
+SILENCE_S: Final = 10.0
 
 
 class Supervisor:
@@ -128,6 +131,9 @@ class Supervisor:
         return self.state.settled or now - ended > SETTLE_GRACE_S
 
     def tick(self, now: float) -> None:
+        if self.stop_at is None and self.state.lose_silent(now, SILENCE_S):
+            self.stop("failed")
+            self.cancel()  # the lost rank's task cannot be told to stop: only the launcher ends it
         if self.state.start_overdue(now) and self.stop_at is None:
             self.state.fail_unstarted(now)
             self.stop("failed")

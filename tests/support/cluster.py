@@ -196,17 +196,18 @@ def start(workdir: Path, workers: int = 2, cores: int = 1, gpus: int = 0, memory
 
 
 def kernel_on(c: Cluster, conf: dict[str, str] | None = None, name: str = "notebook",
-              pyspark_python: bool = True) -> Any:
+              pyspark_python: bool = True, env: dict[str, str] | None = None) -> Any:
     """A real kernel (``support.kernel.Kernel``) whose notebook built a session on ``c`` (``session_conf`` and
     ``conf``), then loaded the extension; ``executors()`` in it counts the session's executors. Without
     ``pyspark_python`` the kernel has no PYSPARK_PYTHON in its environment (a notebook server's kernels seldom
     have it)."""
     from .kernel import Kernel
 
-    env: dict[str, str | None] = {k: v for k, v in spark_env(c.workdir).items() if k.startswith(("SPARK_", "PYSPARK"))}
+    kernel_env: dict[str, str | None] = {k: v for k, v in spark_env(c.workdir).items()
+                                         if k.startswith(("SPARK_", "PYSPARK"))}
     if not pyspark_python:
-        env["PYSPARK_PYTHON"] = None
-    kernel = Kernel({**env, "JUPYTER_TORCHDIST_WARMUP": "0"})
+        kernel_env["PYSPARK_PYTHON"] = None
+    kernel = Kernel({**kernel_env, **(env or {}), "JUPYTER_TORCHDIST_WARMUP": "0"})
     settings = {**session_conf(c.url), "spark.app.name": name, **(conf or {})}
     r = kernel.execute(textwrap.dedent(f"""
         from pyspark.sql import SparkSession

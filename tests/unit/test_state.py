@@ -336,3 +336,30 @@ def test_a_start_bound_is_met_once_every_rank_said_hello():
         st.apply(r, "rank", {"t": "hello", "host": "h", "pid": 1}, 101.0)
     st.now = 105.0
     assert not st.start_overdue(120.0) and not any("waiting" in n for n in st.notices())
+
+
+def test_a_rank_that_goes_silent_after_its_heartbeats_began_is_lost_by_name():
+    st = _run(2)
+    for r in range(2):
+        st.apply(r, "rank", {"t": "hello", "host": f"h{r}", "ip": f"10.0.0.{r + 1}", "pid": 1}, 100.0)
+        st.apply(r, "rank", {"t": "state", "state": "running"}, 100.1)
+    assert not st.lose_silent(200.0, 15.0)  # no heartbeat yet (rendezvous, the group forming): never judged
+    for r in range(2):
+        st.apply(r, "rank", {"t": "usage", "at": 101.0, "rss": 1}, 101.0)
+    st.apply(0, "rank", {"t": "log", "stream": "stdout", "text": "x\n"}, 120.0)  # any word counts
+    assert not st.lose_silent(115.9, 15.0)
+    assert st.lose_silent(116.0, 15.0) and list(st.failures) == [1]
+    failure = st.failures[1]
+    assert failure.kind == "lost" and failure.label() == "rank 1 on h1 (10.0.0.2)"
+    assert failure.summary.startswith("lost: no word from it for 15 s")
+    assert not st.lose_silent(130.0, 15.0) and list(st.failures) == [1]  # judged once; rank 0 spoke at 120
+
+
+def test_a_kept_cell_judges_silence_from_when_each_rank_was_last_heard_between_cells():
+    st = _run(2)
+    st.begin_cell(2, {0: ("h0", 1), 1: ("h1", 2)}, 200.0, heard={0: 199.5, 1: 185.0})
+    assert st.lose_silent(200.0, 10.0) and list(st.failures) == [1]  # silent since 185: lost at once
+    assert st.failures[1].summary.startswith("lost: no word from it for 15 s")
+    fresh = _run(2)
+    fresh.begin_cell(2, {0: ("h0", 1), 1: ("h1", 2)}, 200.0)
+    assert not fresh.lose_silent(400.0, 10.0)  # nothing known of their heartbeat: never judged
