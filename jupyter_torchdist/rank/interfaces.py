@@ -38,6 +38,10 @@ def interface_of(ip: str) -> str | None:
 
 def choose_interfaces(bind_ip: str) -> str | None:
     """Point gloo and NCCL at the interface of ``bind_ip``, unless the user chose one; returns the name set."""
+    if not bind_ip.startswith("127."):  # loopback inherited by a rank that must reach other hosts: never a choice
+        for key in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
+            if os.environ.get(key) == "lo":
+                del os.environ[key]
     if os.environ.get("GLOO_SOCKET_IFNAME") and os.environ.get("NCCL_SOCKET_IFNAME"):
         return None
     name = interface_of(bind_ip)

@@ -48,10 +48,15 @@ class Cluster:
         return pids
 
 
+_RANK_ENV = frozenset({"GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE",
+                       "LOCAL_RANK", "LOCAL_WORLD_SIZE"})
+
+
 def spark_env(workdir: Path) -> dict[str, str]:
     import pyspark
 
-    env = dict(os.environ)
+    # A rank's own settings never come from the test process (a unit test may have set them there).
+    env = {k: v for k, v in os.environ.items() if k not in _RANK_ENV}
     env.update(
         SPARK_HOME=os.path.dirname(pyspark.__file__), SPARK_LOCAL_IP="127.0.0.1",
         SPARK_CONF_DIR=str(workdir / "conf"), SPARK_LOCAL_DIRS=str(workdir / "local"),

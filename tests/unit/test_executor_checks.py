@@ -24,8 +24,9 @@ def test_versions_compare_python_and_packages_and_say_what_differs():
 def test_the_interface_is_the_one_holding_the_address_and_a_users_choice_stands(monkeypatch):
     assert interfaces.interface_of("127.0.0.1") == "lo"
     assert interfaces.interface_of("198.19.255.254") is None and interfaces.interface_of("::1") is None
-    monkeypatch.delenv("GLOO_SOCKET_IFNAME", raising=False)
-    monkeypatch.delenv("NCCL_SOCKET_IFNAME", raising=False)
+    for name in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):  # set, then removed: undone to what it was
+        monkeypatch.setenv(name, "unset")  # (a bare delenv of an absent name records nothing, and the "lo"
+        monkeypatch.delenv(name)           # choose_interfaces sets would leak into later tests' workers)
     assert interfaces.choose_interfaces("127.0.0.1") == "lo"
     import os
     assert os.environ["GLOO_SOCKET_IFNAME"] == "lo" and os.environ["NCCL_SOCKET_IFNAME"] == "lo"
@@ -56,3 +57,11 @@ def test_a_rank_is_shown_by_name_and_address_unless_loopback():
     assert r.where == "tdh1"
     r.host, r.ip = "", "10.0.0.2"
     assert r.where == "10.0.0.2"
+
+
+def test_an_inherited_loopback_interface_is_not_kept_for_a_rank_that_reaches_other_hosts(monkeypatch):
+    monkeypatch.setenv("GLOO_SOCKET_IFNAME", "lo")
+    monkeypatch.setenv("NCCL_SOCKET_IFNAME", "lo")
+    interfaces.choose_interfaces("198.19.255.254")  # an address no interface here holds: nothing to choose
+    import os
+    assert "GLOO_SOCKET_IFNAME" not in os.environ and "NCCL_SOCKET_IFNAME" not in os.environ
