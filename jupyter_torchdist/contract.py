@@ -26,17 +26,19 @@ from typing import Any, Final, Literal, NoReturn, TypedDict, Union, get_args, ge
 __all__ = [
     "RANK", "AGENT", "BACKEND", "Role",
     "HELLO", "STATE", "PROGRESS", "LOG", "RESULT", "FAILED", "DROPPED", "USAGE", "DATA_OPEN", "DATA_DONE",
-    "AGENT_HELLO", "EXIT", "CONNECTED", "DISCONNECTED", "LOST", "STOPPED", "JOB_END", "DATA_STATUS",
+    "AGENT_HELLO", "EXIT", "BEAT", "CONNECTED", "DISCONNECTED", "LOST", "STOPPED", "JOB_END", "DATA_STATUS",
     "RENDEZVOUS", "RELEASE", "CELL", "STOP", "INTERRUPT", "DATA_PLAN", "DATA_ERROR",
     "HelloMsg", "StateMsg", "ProgressMsg", "LogMsg", "ResultMsg", "FailedMsg", "DroppedMsg", "UsageMsg",
-    "DataOpenMsg", "DataDoneMsg", "AgentHelloMsg", "ExitMsg", "ConnectedMsg", "DisconnectedMsg", "LostMsg",
+    "DataOpenMsg", "DataDoneMsg", "AgentHelloMsg", "ExitMsg", "BeatMsg", "ConnectedMsg", "DisconnectedMsg", "LostMsg",
     "StoppedMsg", "JobEndMsg", "DataStatusMsg", "RendezvousMsg", "ReleaseMsg", "CellMsg", "DataPlanMsg",
     "DataErrorMsg", "StopMsg", "InterruptMsg", "Stream",
     "RankMessage", "FinalMessage", "AgentMessage", "ChannelNotice", "BackendMessage", "InboundMessage",
     "DataReply", "ToRank", "ToAgent", "OutboundMessage", "unhandled",
     "RANK_SENDS", "AGENT_SENDS", "CHANNEL_SAYS", "BACKEND_SAYS", "INBOUND", "SENDS",
-    "TLSPin", "RunPlan", "LaunchInfo", "Inbound",
+    "TLSPin", "RunPlan", "LaunchInfo", "Inbound", "HEARTBEAT_S",
 ]
+
+HEARTBEAT_S: Final = 2.0  # how often a rank's agent says BEAT (the kernel judges a rank lost after 5 missed)
 
 # -- roles: who a message comes from ------------------------------------------------------------------
 RANK: Final = "rank"        # the process running the user's code
@@ -59,6 +61,7 @@ DATA_DONE: Final = "data_done"  # batches(): this rank has stopped reading that 
 # -- agent -> kernel -----------------------------------------------------------------------------------
 AGENT_HELLO: Final = "agent"    # the agent's host and pid, and its rank's pid
 EXIT: Final = "exit"            # how the rank's process ended (code or signal; stopped by us or not)
+BEAT: Final = "beat"            # every HEARTBEAT_S while the agent runs: its host and link are there
 
 # -- said by the kernel's channel, about a connection --------------------------------------------------
 CONNECTED: Final = "connected"
@@ -189,6 +192,10 @@ class AgentHelloMsg(TypedDict):
     child: int                # the rank's pid
 
 
+class BeatMsg(TypedDict):
+    t: Literal["beat"]
+
+
 class ExitMsg(TypedDict):
     t: Literal["exit"]
     code: int | None
@@ -292,7 +299,7 @@ class InterruptMsg(TypedDict):
 RankMessage = Union[HelloMsg, StateMsg, ProgressMsg, LogMsg, ResultMsg, FailedMsg, DroppedMsg, UsageMsg,
                     DataOpenMsg, DataDoneMsg]
 FinalMessage = Union[ResultMsg, FailedMsg]  # how a rank's cell ended
-AgentMessage = Union[AgentHelloMsg, ExitMsg]
+AgentMessage = Union[AgentHelloMsg, ExitMsg, BeatMsg]
 ChannelNotice = Union[ConnectedMsg, DisconnectedMsg]        # said for a rank's and an agent's connection alike
 BackendMessage = Union[LostMsg, StoppedMsg, JobEndMsg, DataStatusMsg]
 InboundMessage = Union[RankMessage, AgentMessage, ChannelNotice, BackendMessage]

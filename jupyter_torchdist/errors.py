@@ -62,6 +62,7 @@ class RankFailure:
     traceback: str = ""
     at: float = 0.0
     secondary: bool = False
+    signal: str | None = None  # kind "exit": the signal that ended the process (None: it exited with a code)
 
     def label(self) -> str:
         if not self.host and self.kind == "launch":

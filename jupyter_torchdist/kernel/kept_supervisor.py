@@ -75,9 +75,10 @@ class KeptSupervisor(Supervisor):
         return self.state.settled or now - self.broken_at > BREAK_LIMIT_S
 
     def tick(self, now: float) -> None:
-        if self.broken is None and self.state.lose_silent(now, SILENCE_S):
+        if self.broken is None and (silent := self.state.lose_silent(now, SILENCE_S)):
             lost = min((f for f in self.state.failures.values() if f.kind == "lost"), key=lambda f: f.at)
             self.break_set(f"{lost.label()} {lost.summary}")
+            self.launcher.lost_hosts(self.state.lost_hosts(silent))
         if self.first_failure_at is not None and now - self.first_failure_at >= ECHO_GRACE_S:
             self.stop("failed")
         if self.deadline is not None and now >= self.deadline:

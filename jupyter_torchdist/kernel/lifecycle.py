@@ -138,12 +138,20 @@ class RunLifecycle:
                 + (f"; ranks that could not connect: {never[:16]}" if never else "")
                 + f". First reported: {root.label()}: {root.summary}")
 
-    def lose_silent(self, at: float, after_s: float) -> bool:
-        """Ranks that sent a heartbeat and then nothing for ``after_s`` seconds are lost, each named; True if any."""
+    def lose_silent(self, at: float, after_s: float) -> list[RankState]:
+        """Ranks heard from and then silent for ``after_s`` seconds are lost, each named; returns them."""
         silent = [(rs, rs.silent_for(at)) for rs in self.ranks if rs.silent_for(at) >= after_s]
         for rs, waited in silent:
             self.record(rs, rs.on_silence(waited, at))
-        return bool(silent)
+        return [rs for rs, _ in silent]
+
+    def lost_hosts(self, silent: list[RankState]) -> set[str]:
+        """The addresses of the hosts the ``silent`` ranks ran on, unless no rank is heard at all (then the
+        fault may as well be on the kernel's side: no host is given up)."""
+        if len(silent) == len(self.ranks) or not any(rs.ip for rs in silent):
+            return set()
+        heard = {rs.ip for rs in self.ranks if rs not in silent and not rs.ended}
+        return {rs.ip for rs in silent if rs.ip and not rs.ip.startswith("127.") and rs.ip not in heard}
 
     def fail_unstarted(self, at: float) -> None:
         """The start bound passed with ranks that never checked in: each is a launch failure, said once."""

@@ -58,7 +58,7 @@ class RankState:
     exit_signal: str | None = None
     failure: RankFailure | None = None
     said_hello: bool = False
-    last_word: float | None = None  # when the rank last said anything, from its first usage reading on (heartbeat)
+    last_word: float | None = None  # when the rank or its agent last said anything, once its agent beats
     has_result: bool = False
     agent_exited: bool = False
     rank_connected: bool = False                # the rank's own connection is open: its messages may be in flight
@@ -157,7 +157,7 @@ class RankState:
         self.last_word = at  # its sampler says something every second from now on: silence means it is gone
 
     def heard(self, at: float) -> None:
-        """Any word from the rank (once it is known to send usage readings)."""
+        """Any word from the rank or its agent (once they are known to send heartbeats)."""
         if self.last_word is not None:
             self.last_word = max(self.last_word, at)
 
@@ -194,6 +194,7 @@ class RankState:
     # -- what its agent says ----------------------------------------------------------------------------
     def on_agent_hello(self, msg: C.AgentHelloMsg, at: float) -> None:
         self.host = self.host or msg.get("host") or ""
+        self.last_word = at  # its agent says BEAT from now on: silence means the host or its link is gone
         self._begin(at)
 
     def on_exit(self, msg: C.ExitMsg, at: float) -> RankFailure | None:
@@ -208,7 +209,7 @@ class RankState:
         how = f"killed by {self.exit_signal}" if self.exit_signal else f"exited with code {self.exit_code}"
         hint = " (out of memory? the kernel's OOM killer sends SIGKILL)" if self.exit_signal == "SIGKILL" else ""
         failure = RankFailure(self.rank, self.where, "exit", f"the rank's process {how}{hint} before finishing the "
-                              "cell", "", msg.get("at") or at, False)
+                              "cell", "", msg.get("at") or at, False, signal=self.exit_signal)
         if self.rank_connected:
             # The agent's socket and the rank's are read by different threads: the rank's result or
             # traceback may still be on its way. Judge when its connection has drained.

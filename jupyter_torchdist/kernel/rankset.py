@@ -135,7 +135,7 @@ class RankSet:
                 ev = self.inbox.get_nowait()
             except queue.Empty:
                 return why or self._silent_since_last_cell(time.time())
-            if ev.role == C.RANK and ev.rank in self.heard:
+            if ev.role != C.BACKEND and ev.rank in self.heard:
                 self.heard[ev.rank] = max(self.heard[ev.rank], ev.at)
             if (ev.role, ev.msg.get("t")) in _BROKEN_BETWEEN and why is None:
                 what = ev.msg.get("summary") or ev.msg.get("signal") or ev.msg.get("code") or ev.msg.get("t")

@@ -46,8 +46,8 @@ class RunState(RunLifecycle):
 
     def _about_rank(self, rs: RankState, role: C.Role, msg: _AboutRank, at: float) -> None:
         """What the rank says (most messages, so first), else what its agent, the channel or the launcher say."""
-        if role == C.RANK:
-            rs.heard(at)
+        if role != C.BACKEND:
+            rs.heard(at)  # any word from the rank or its agent: its host and link are there
         if msg["t"] == C.PROGRESS:
             rs.on_progress(msg, at)
         elif msg["t"] == C.LOG:
@@ -80,6 +80,8 @@ class RunState(RunLifecycle):
                 self.record(rs, rs.on_disconnected())
         elif msg["t"] == C.AGENT_HELLO:
             rs.on_agent_hello(msg, at)
+        elif msg["t"] == C.BEAT:
+            pass  # heard (above): nothing else to fold
         elif msg["t"] == C.EXIT:
             self.record(rs, rs.on_exit(msg, at))
         elif msg["t"] == C.LOST:

@@ -131,9 +131,10 @@ class Supervisor:
         return self.state.settled or now - ended > SETTLE_GRACE_S
 
     def tick(self, now: float) -> None:
-        if self.stop_at is None and self.state.lose_silent(now, SILENCE_S):
+        if self.stop_at is None and (silent := self.state.lose_silent(now, SILENCE_S)):
             self.stop("failed")
             self.cancel()  # the lost rank's task cannot be told to stop: only the launcher ends it
+            self.launcher.lost_hosts(self.state.lost_hosts(silent))  # no later run is placed there
         if self.state.start_overdue(now) and self.stop_at is None:
             self.state.fail_unstarted(now)
             self.stop("failed")

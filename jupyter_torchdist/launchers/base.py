@@ -50,6 +50,11 @@ class Launcher(abc.ABC):
     def capacity(self) -> Capacity:
         """The ranks this backend can hold at once (less what kept ranks hold now)."""
 
+    def lost_hosts(self, addresses: set[str]) -> None:
+        """These hosts stopped answering (their ranks went silent): place nothing there again. Returns at once;
+        a backend that cannot tell its scheduler leaves it to find out for itself."""
+        return None
+
 
 class DataPlane(Protocol):
     """Where ``batches()`` data tasks run and how they are submitted (one per kind of Spark session)."""

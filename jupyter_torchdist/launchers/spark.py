@@ -185,6 +185,23 @@ def _executor_hosts(sc: Any) -> list[str]:
         {k.rsplit(":", 1)[0] for k in keys})
 
 
+def _give_up_executors(sc: Any, addresses: set[str]) -> list[str]:
+    """Ask Spark to drop (and replace) every executor on these hosts now, as its own heartbeat timeout would a
+    minute or two later: until then it would place tasks on them, and a rerun would wait for an unreachable
+    host. Returns the executors given up."""
+    given_up = []
+    try:
+        executors = sc._jsc.sc().statusStore().executorList(True).iterator()
+        while executors.hasNext():
+            e = executors.next()
+            if e.id() != "driver" and str(e.hostPort()).rsplit(":", 1)[0] in addresses:
+                if sc._jsc.sc().killAndReplaceExecutor(e.id()):
+                    given_up.append(str(e.id()))
+    except Exception:
+        pass  # a Spark without these internals finds out by itself (spark.network.timeout)
+    return given_up
+
+
 def _executors(sc: Any) -> int:
     try:
         return max(0, int(sc._jsc.sc().getExecutorMemoryStatus().size()) - 1)  # less the driver
@@ -269,6 +286,10 @@ class SparkLauncher(Launcher):
         sc = spark.sparkContext
         return Capacity(slots=slots_available(spark) - held_slots(), default_ranks=int(sc.defaultParallelism),
                         where=f"this SparkSession ({sc.master})")
+
+    def lost_hosts(self, addresses: set[str]) -> None:
+        if addresses and self._spark is not None and not self._local:
+            _give_up_executors(self._spark.sparkContext, addresses)
 
     def cancel(self) -> None:
         if self._group is not None and self._spark is not None:

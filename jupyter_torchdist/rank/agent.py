@@ -22,14 +22,29 @@ from .main import rank_main
 __all__ = ["run_agent"]
 
 
+def _beat(sock: Stream, due: float) -> float:
+    """Say BEAT when it is due (the kernel's proof that this host and its link are there); the next due time."""
+    now = time.monotonic()
+    if now < due:
+        return due
+    try:
+        P.send_frame(sock, {"t": C.BEAT})
+    except OSError:
+        pass  # the kernel is gone: the socket's own end says so below
+    return now + C.HEARTBEAT_S
+
+
 def _wait(proc: Any, sock: Stream) -> bool:
     """Block until the rank exits; kill it if the kernel says stop or goes away. True if stopped."""
     stopped = False
     watch: list[Any] = [sock] + ([proc] if proc.fileno() >= 0 else [])
+    due = time.monotonic() + C.HEARTBEAT_S
     while True:
         if proc.fileno() < 0 and proc.poll() is not None:
             return stopped
-        ready, _, _ = select.select(watch, [], [], None if proc.fileno() >= 0 else 0.05)
+        left = max(0.0, due - time.monotonic())
+        ready, _, _ = select.select(watch, [], [], left if proc.fileno() >= 0 else min(left, 0.05))
+        due = _beat(sock, due) if sock in watch else due
         if proc in ready:
             return stopped
         if sock in ready:

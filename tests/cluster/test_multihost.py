@@ -133,3 +133,7 @@ def test_a_lost_host_is_named_within_20_s_and_the_kernel_stays_usable(hosts):
     # said before the cell is sent (silent since the last cell) or by the cell (silent for 10 s while it ran)
     assert r["status"] == "error" and re.search(r"kept ranks were (lost: |stopped \()rank \d on tdh2 "
                                                 r"\(198\.18\.0\.12\) lost: no word from it for", text), text
+    t0 = time.monotonic()
+    r = kernel.execute(f"%%distribute -n 2 --all-ranks\n{ALL_REDUCE}", timeout=120)  # its executor was given up:
+    assert r["status"] == "ok" and _values(r) == [("tdh1", 2.0)] * 2, kernel.text(r)  # the run goes to tdh1 at once
+    print(f"[{layout}] the next run on the remaining host: {time.monotonic() - t0:.1f} s")

@@ -363,3 +363,19 @@ def test_a_kept_cell_judges_silence_from_when_each_rank_was_last_heard_between_c
     fresh = _run(2)
     fresh.begin_cell(2, {0: ("h0", 1), 1: ("h1", 2)}, 200.0)
     assert not fresh.lose_silent(400.0, 10.0)  # nothing known of their heartbeat: never judged
+
+
+def test_only_hosts_whose_ranks_went_silent_while_others_were_heard_are_given_up():
+    st = _run(3)
+    for r, ip in enumerate(["10.0.0.1", "10.0.0.2", "10.0.0.2"]):
+        st.apply(r, "agent", {"t": "agent", "host": f"h{r}", "pid": 1, "child": 2}, 100.0)
+        st.apply(r, "rank", {"t": "hello", "host": f"h{r}", "ip": ip, "pid": 2}, 100.0)
+    st.apply(0, "agent", {"t": "beat"}, 109.0)  # only rank 0's host still says something
+    silent = st.lose_silent(110.0, 10.0)
+    assert [rs.rank for rs in silent] == [1, 2] and st.lost_hosts(silent) == {"10.0.0.2"}
+    everyone = _run(2)
+    for r in range(2):
+        everyone.apply(r, "agent", {"t": "agent", "host": "h", "pid": 1, "child": 2}, 100.0)
+        everyone.apply(r, "rank", {"t": "hello", "host": f"h{r}", "ip": f"10.0.0.{r + 1}", "pid": 2}, 100.0)
+    gone = everyone.lose_silent(111.0, 10.0)
+    assert len(gone) == 2 and everyone.lost_hosts(gone) == set()  # nothing heard at all: maybe our side's fault
