@@ -13,7 +13,10 @@ import time
 
 import pytest
 
-from ..support.hosts import BRIDGE_IP, Hosts, bench_available, build, link_down, rate_limit, teardown
+from ..support import ROOT
+from ..support.cluster import spark_env
+from ..support.hosts import (BRIDGE_IP, Hosts, bench_available, build, kill_worker, link_down, rate_limit,
+                              teardown)
 from ..support.kernel import Kernel
 
 _why = bench_available()
@@ -24,14 +27,30 @@ ALL_REDUCE = ("import socket, torch, torch.distributed as dist\nt = torch.ones(1
               "(socket.gethostname(), t.item())")
 
 
-def _kernel(made: Hosts) -> Kernel:
-    from ..support.cluster import kernel_on
+def readme_recipe(master: str, driver_host: str) -> str:
+    """The README's standalone-cluster recipe ("On a real cluster"), exactly as written but for its two
+    addresses: the master's and this machine's."""
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("### On a real cluster"):]
+    block = section[section.index("```python\n") + len("```python\n"):]
+    block = block[:block.index("```")]
+    assert '"spark://head:7077"' in block and '"10.0.0.5"' in block, block
+    return block.replace("spark://head:7077", master).replace("10.0.0.5", driver_host)
 
-    conf = {"spark.driver.host": BRIDGE_IP, "spark.driver.bindAddress": BRIDGE_IP,
-            "spark.cores.max": str(2 * len(made.names)), "spark.executor.cores": "2"}
-    # One 2-core executor per host: Spark offers a barrier stage's tasks round-robin over executors, so 2 ranks
-    # land on 2 hosts (with 1-core executors, two on one host could take both).
-    return kernel_on(made.cluster, conf, env={"SPARK_LOCAL_IP": BRIDGE_IP})
+
+def _kernel(made: Hosts) -> Kernel:
+    """A notebook kernel with none of the test's Spark settings: it loads the extension, then builds its session
+    with the README's recipe (no PYSPARK_PYTHON in its environment, as under a notebook server)."""
+    env = {k: v for k, v in spark_env(made.cluster.workdir).items() if k in ("SPARK_CONF_DIR", "SPARK_LOCAL_DIRS")}
+    kernel = Kernel({**env, "PYSPARK_PYTHON": None, "JUPYTER_TORCHDIST_WARMUP": "0"})
+    code = "%load_ext jupyter_torchdist\nimport jupyter_torchdist as jt\n" + readme_recipe(made.cluster.url, BRIDGE_IP)
+    code += ("def executors():\n    return spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size() - 1\n"
+             "spark.sparkContext.setLogLevel('ERROR')\n")
+    r = kernel.execute(code, timeout=180)
+    if r["status"] != "ok":
+        kernel.shutdown()
+        raise RuntimeError(kernel.text(r))
+    return kernel
 
 
 @pytest.fixture(scope="module", params=["resolving", "debian"])
@@ -95,6 +114,31 @@ def test_kept_ranks_batches_and_a_remote_failure_across_hosts(hosts):
     assert r["status"] == "error" and "rank 1 on tdh" in text and "ZeroDivisionError" in text, text
 
 
+def test_a_script_and_the_torch_distributor_class_across_hosts(hosts, tmp_path):
+    made, kernel, layout = hosts
+    script = tmp_path / "train.py"  # the executors share this machine's file system: no shipping needed
+    script.write_text("import socket, sys, torch, torch.distributed as dist\ndist.init_process_group('gloo')\n"
+                      "t = torch.ones(1)\ndist.all_reduce(t)\n"
+                      "print(f'script {dist.get_rank()} on {socket.gethostname()} sum={t.item()} '\n"
+                      "      f'args={sys.argv[1:]}')\n")
+    r = kernel.execute(f"%distribute -n 2 {script} --lr 0.1", timeout=180)
+    assert r["status"] == "ok", kernel.text(r)
+    logs = kernel.text(kernel.execute("print(sorted(t for r in jt.last_run().logs.values() for _, t in r "
+                                      "if t.startswith('script')))"))
+    assert "on tdh1 sum=2.0 args=['--lr', '0.1']" in logs and "on tdh2 sum=2.0" in logs, logs
+    r = kernel.execute(textwrap.dedent("""\
+        from jupyter_torchdist import TorchDistributor
+        def train(scale):
+            import socket, torch, torch.distributed as dist
+            dist.init_process_group("gloo")
+            t = torch.ones(1) * scale
+            dist.all_reduce(t)
+            return socket.gethostname(), t.item()
+        print(TorchDistributor(num_processes=2, local_mode=False, use_gpu=False).run(train, 3.0))
+    """), timeout=180)
+    assert r["status"] == "ok" and "6.0)" in kernel.text(r), kernel.text(r)
+
+
 def test_a_slow_link_is_not_a_lost_host(hosts):
     made, kernel, layout = hosts
     if layout != "resolving":
@@ -137,3 +181,24 @@ def test_a_lost_host_is_named_within_20_s_and_the_kernel_stays_usable(hosts):
     r = kernel.execute(f"%%distribute -n 2 --all-ranks\n{ALL_REDUCE}", timeout=120)  # its executor was given up:
     assert r["status"] == "ok" and _values(r) == [("tdh1", 2.0)] * 2, kernel.text(r)  # the run goes to tdh1 at once
     print(f"[{layout}] the next run on the remaining host: {time.monotonic() - t0:.1f} s")
+
+
+def test_a_worker_killed_mid_run_is_named_with_its_host(hosts):
+    made, kernel, layout = hosts
+    if layout != "resolving":
+        pytest.skip("one layout is enough for a killed worker (it ends this module's cluster)")
+    done: dict[str, dict] = {}
+    cell = ("%%distribute -n 2\nimport torch, torch.distributed as dist, time\nt = torch.ones(1)\n"
+            "for _ in range(600):\n    dist.all_reduce(t)\n    time.sleep(0.1)")
+    thread = threading.Thread(target=lambda: done.update(r=kernel.execute(cell, timeout=240)))
+    thread.start()
+    time.sleep(10)  # test-side: training for a while before the worker goes
+    kill_worker(made, 1)
+    killed_at = time.monotonic()
+    thread.join()
+    named = time.monotonic() - killed_at
+    r, text = done["r"], kernel.text(done["r"])
+    assert r["status"] == "error" and re.search(r"rank \d on tdh2 \(198\.18\.0\.12\) failed first", text), text
+    print(f"[{layout}] killed worker named {named:.1f} s after it died")
+    assert named < 20
+    assert "2" in kernel.text(kernel.execute("print(1 + 1)"))

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from .cluster import _TRAMPOLINE, Cluster, START_TIMEOUT_S, _wait_for, spark_env, stop
 
-__all__ = ["Hosts", "bench_available", "build", "teardown", "BRIDGE_IP"]
+__all__ = ["Hosts", "bench_available", "build", "teardown", "kill_worker", "link_down", "rate_limit", "BRIDGE_IP"]
 
 BRIDGE = "jtdbr0"
 BRIDGE_IP = "198.18.0.1"
@@ -134,6 +134,11 @@ def _start_cluster(made: Hosts, cores: int) -> None:
 def link_down(made: Hosts, i: int) -> None:
     """Host ``i`` is lost: its link goes down (its processes live on, unreachable)."""
     _ip("link", "set", made.links[i + 1], "down")
+
+
+def kill_worker(made: Hosts, i: int) -> None:
+    """Host ``i``'s Spark worker JVM dies (SIGKILL); its executor notices and ends, with the ranks it ran."""
+    made.cluster.procs[1 + i].kill()  # procs: the master, then each host's worker (every launcher in it execs)
 
 
 def rate_limit(made: Hosts, i: int, rate: str = "20mbit") -> None:
