@@ -122,14 +122,21 @@ class SparkDataPlane(PlaneBase):
 
 def _resources(rdd: Any, conf: dict[str, str]) -> Any:
     """With GPU scheduling, ranks take the GPU task slots; data tasks ask for one CPU and no GPU, so they run
-    in the executors' other slots (a stage-level TaskResourceProfile)."""
+    in the executors' other slots (a stage-level TaskResourceProfile). With dynamic allocation as well, their
+    profile asks for executors of their own without GPUs, which the cluster can place on CPU-only hosts (the
+    GPU hosts' cores go to the ranks): a cluster of GPU and CPU-only machines, each doing what it is for."""
     if not conf.get("spark.task.resource.gpu.amount"):
         return rdd
-    from pyspark.resource import ResourceProfileBuilder, TaskResourceRequests
+    from pyspark.resource import ExecutorResourceRequests, ResourceProfileBuilder, TaskResourceRequests
 
     cpus = int(conf.get("spark.task.cpus", "1") or 1)
-    profile = ResourceProfileBuilder().require(TaskResourceRequests().cpus(cpus)).build
-    return rdd.withResources(profile)
+    builder = ResourceProfileBuilder().require(TaskResourceRequests().cpus(cpus))
+    if dynamic_allocation(conf):
+        executors = ExecutorResourceRequests().cores(int(conf.get("spark.executor.cores", "1") or 1))
+        if conf.get("spark.executor.memory"):
+            executors = executors.memory(conf["spark.executor.memory"])
+        builder = builder.require(executors)
+    return rdd.withResources(builder.build)
 
 
 def _statuses(rows: Any) -> list[str]:

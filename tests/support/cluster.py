@@ -147,7 +147,7 @@ def alive(pids: set[int]) -> set[int]:
     return {pid for pid in pids if process_alive(pid)}
 
 
-def _fake_gpus(workdir: Path, env: dict[str, str], gpus: int) -> None:
+def fake_gpus(workdir: Path, env: dict[str, str], gpus: int) -> None:
     """Workers that declare ``gpus`` GPUs (a discovery script naming them): Spark schedules them like real
     ones, which is all a placement test needs (the ranks train on the CPU)."""
     script = workdir / "gpus.sh"
@@ -180,7 +180,7 @@ def start(workdir: Path, workers: int = 2, cores: int = 1, gpus: int = 0, memory
     (workdir / "local").mkdir(exist_ok=True)
     env = spark_env(workdir)
     if gpus:
-        _fake_gpus(workdir, env, gpus)
+        fake_gpus(workdir, env, gpus)
     deadline = time.monotonic() + START_TIMEOUT_S
     c = Cluster(url="", workdir=workdir)
     try:

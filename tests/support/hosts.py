@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .cluster import _TRAMPOLINE, Cluster, START_TIMEOUT_S, _wait_for, spark_env, stop
+from .cluster import _TRAMPOLINE, Cluster, START_TIMEOUT_S, _wait_for, fake_gpus, spark_env, stop
 
 __all__ = ["Hosts", "bench_available", "build", "teardown", "kill_worker", "link_down", "rate_limit", "BRIDGE_IP"]
 
@@ -66,12 +66,15 @@ def _hosts_file(name: str, address: str, layout: str) -> str:
 _NAMED = "import socket, sys; socket.sethostname(sys.argv[1]); sys.argv[1:2] = []; exec(sys.argv.pop(1))"
 
 
-def _start_worker(c: Cluster, i: int, ns: str, name: str, address: str, cores: int, env: dict[str, str]) -> None:
+def _start_worker(c: Cluster, i: int, ns: str, name: str, address: str, cores: int, env: dict[str, str],
+                  gpus: int = 0) -> None:
     work = c.workdir / f"work-{name}"
     work.mkdir(exist_ok=True)
     log = c.workdir / f"worker-{name}.log"
     spark_class = os.path.join(env["SPARK_HOME"], "bin", "spark-class")
     host_env = {**env, "SPARK_LOCAL_IP": address}
+    if gpus:
+        fake_gpus(c.workdir, host_env, gpus)
     with open(log, "wb") as out:
         proc = subprocess.Popen(
             ["ip", "netns", "exec", ns, "unshare", "--uts", sys.executable, "-c", _NAMED, name, _TRAMPOLINE,
@@ -82,8 +85,10 @@ def _start_worker(c: Cluster, i: int, ns: str, name: str, address: str, cores: i
     _wait_for(log, r"Successfully registered with master", proc, time.monotonic() + START_TIMEOUT_S)
 
 
-def build(workdir: Path, hosts: int = 2, cores: int = 1, layout: str = "resolving") -> Hosts:
-    """A bridge, ``hosts`` namespaces with a worker each, and a master on the bridge. Tear down with ``teardown``."""
+def build(workdir: Path, hosts: int = 2, cores: int = 1, layout: str = "resolving",
+          gpus: tuple[int, ...] = ()) -> Hosts:
+    """A bridge, ``hosts`` namespaces with a worker each, and a master on the bridge. Tear down with ``teardown``.
+    ``gpus``: how many (fake) GPUs each host's worker declares, in host order (none if not given)."""
     made = Hosts(names=[f"tdh{i + 1}" for i in range(hosts)],
                  addresses=[f"198.18.0.{11 + i}" for i in range(hosts)], cluster=Cluster(url="", workdir=workdir))
     try:
@@ -106,14 +111,14 @@ def build(workdir: Path, hosts: int = 2, cores: int = 1, layout: str = "resolvin
             etc.mkdir(parents=True, exist_ok=True)
             (etc / "hosts").write_text(_hosts_file(name, address, layout))
             (etc / "hostname").write_text(name + "\n")
-        _start_cluster(made, cores)
+        _start_cluster(made, cores, gpus)
     except BaseException:
         teardown(made)
         raise
     return made
 
 
-def _start_cluster(made: Hosts, cores: int) -> None:
+def _start_cluster(made: Hosts, cores: int, gpus: tuple[int, ...]) -> None:
     c = made.cluster
     (c.workdir / "conf").mkdir(parents=True, exist_ok=True)
     (c.workdir / "local").mkdir(exist_ok=True)
@@ -128,7 +133,7 @@ def _start_cluster(made: Hosts, cores: int) -> None:
     c.procs.append(master)
     c.url = _wait_for(log, r"Starting Spark master at (spark://\S+)", master, time.monotonic() + START_TIMEOUT_S)[1]
     for i, (name, address) in enumerate(zip(made.names, made.addresses)):
-        _start_worker(c, i, made.namespaces[i], name, address, cores, env)
+        _start_worker(c, i, made.namespaces[i], name, address, cores, env, gpus[i] if i < len(gpus) else 0)
 
 
 def link_down(made: Hosts, i: int) -> None:
