@@ -21,15 +21,15 @@ from .kernel.kept_magic import kept
 from .kernel.result import RunResult
 from .kernel.run import last_run
 from .kernel.torch_distributor import TorchDistributor
-from .rank.api import (barrier, device, is_main, local_rank, local_world_size, main_first, on_main, rank, report,
-                       world_size)
+from .rank.api import (barrier, commit, device, is_main, local_rank, local_world_size, main_first, on_main, rank,
+                       report, restore, world_size)
 
 __version__ = "0.1.0"
 
 __all__ = [
     "run", "run_detailed", "last_run", "RunResult", "TorchDistributor", "Ranks", "KeptInfo", "kept", "spark_session",
     "report", "rank", "local_rank", "world_size", "local_world_size", "is_main", "device", "barrier",
-    "main_first", "on_main", "batches", "DataError",
+    "main_first", "on_main", "batches", "DataError", "commit", "restore",
     "DistributeError", "OptionsError", "LaunchError", "CaptureError", "RunError", "RunFailed", "RunTimeout",
     "RunInterrupted", "load_ipython_extension", "unload_ipython_extension",
 ]

@@ -24,21 +24,17 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal, NoReturn, TypedDict, Union, get_args, get_type_hints
 
 __all__ = [
-    "RANK", "AGENT", "BACKEND", "Role",
-    "HELLO", "STATE", "PROGRESS", "LOG", "RESULT", "FAILED", "DROPPED", "USAGE", "DATA_OPEN", "DATA_DONE",
-    "AGENT_HELLO", "EXIT", "BEAT", "CONNECTED", "DISCONNECTED", "LOST", "STOPPED", "JOB_END", "DATA_STATUS",
-    "RENDEZVOUS", "RELEASE", "CELL", "STOP", "INTERRUPT", "DATA_PLAN", "DATA_ERROR",
-    "HelloMsg", "StateMsg", "ProgressMsg", "LogMsg", "ResultMsg", "FailedMsg", "DroppedMsg", "UsageMsg",
-    "DataOpenMsg", "DataDoneMsg", "AgentHelloMsg", "ExitMsg", "BeatMsg", "ConnectedMsg", "DisconnectedMsg", "LostMsg",
-    "StoppedMsg", "JobEndMsg", "DataStatusMsg", "RendezvousMsg", "ReleaseMsg", "CellMsg", "DataPlanMsg",
-    "DataErrorMsg", "StopMsg", "InterruptMsg", "Stream",
-    "RankMessage", "FinalMessage", "AgentMessage", "ChannelNotice", "BackendMessage", "InboundMessage",
-    "DataReply", "ToRank", "ToAgent", "OutboundMessage", "unhandled",
-    "RANK_SENDS", "AGENT_SENDS", "CHANNEL_SAYS", "BACKEND_SAYS", "INBOUND", "SENDS",
-    "TLSPin", "RunPlan", "LaunchInfo", "Inbound", "HEARTBEAT_S",
+    "RANK", "AGENT", "BACKEND", "Role", "HELLO", "STATE", "PROGRESS", "LOG", "RESULT", "FAILED", "DROPPED", "USAGE",
+    "DATA_OPEN", "DATA_DONE", "COMMIT", "AGENT_HELLO", "EXIT", "BEAT", "CONNECTED", "DISCONNECTED", "LOST", "STOPPED",
+    "JOB_END", "DATA_STATUS", "RENDEZVOUS", "RELEASE", "CELL", "STOP", "INTERRUPT", "DATA_PLAN", "DATA_ERROR",
+    "HelloMsg", "StateMsg", "ProgressMsg", "LogMsg", "ResultMsg", "FailedMsg", "DroppedMsg", "UsageMsg", "DataOpenMsg",
+    "DataDoneMsg", "CommitMsg", "AgentHelloMsg", "ExitMsg", "BeatMsg", "ConnectedMsg", "DisconnectedMsg", "LostMsg",
+    "StoppedMsg", "JobEndMsg", "DataStatusMsg", "RendezvousMsg", "ReleaseMsg", "CellMsg", "DataPlanMsg", "DataErrorMsg",
+    "StopMsg", "InterruptMsg", "Stream", "RankMessage", "FinalMessage", "AgentMessage", "ChannelNotice",
+    "BackendMessage", "InboundMessage", "DataReply", "ToRank", "ToAgent", "OutboundMessage", "unhandled", "RANK_SENDS",
+    "AGENT_SENDS", "CHANNEL_SAYS", "BACKEND_SAYS", "INBOUND", "SENDS", "TLSPin", "RunPlan", "LaunchInfo", "Inbound",
+    "HEARTBEAT_S",
 ]
-
-HEARTBEAT_S: Final = 2.0  # how often a rank's agent says BEAT (the kernel judges a rank lost after 5 missed)
 
 # -- roles: who a message comes from ------------------------------------------------------------------
 RANK: Final = "rank"        # the process running the user's code
@@ -57,11 +53,13 @@ DROPPED: Final = "dropped"      # log lines and progress points the rank could n
 USAGE: Final = "usage"          # about once a second: the rank process's CPU, memory, GPU, and time waiting for data
 DATA_OPEN: Final = "data_open"  # batches(): this rank wants an epoch of a DataFrame, fed to its data listener
 DATA_DONE: Final = "data_done"  # batches(): this rank has stopped reading that epoch (all of it, or it broke off)
+COMMIT: Final = "commit"        # jt.commit: rank 0 has written the state to resume from (--max-restarts)
 
 # -- agent -> kernel -----------------------------------------------------------------------------------
 AGENT_HELLO: Final = "agent"    # the agent's host and pid, and its rank's pid
 EXIT: Final = "exit"            # how the rank's process ended (code or signal; stopped by us or not)
 BEAT: Final = "beat"            # every HEARTBEAT_S while the agent runs: its host and link are there
+HEARTBEAT_S: Final = 2.0        # (the kernel judges a rank lost after 5 missed)
 
 # -- said by the kernel's channel, about a connection --------------------------------------------------
 CONNECTED: Final = "connected"
@@ -184,6 +182,14 @@ class DataDoneMsg(TypedDict):
     early: bool               # the loop stopped before the last step (break, an exception)
 
 
+class CommitMsg(TypedDict):
+    t: Literal["commit"]
+    step: int
+    bytes: int                # the commit's size
+    seconds: float            # serialising (on the training thread) and writing (on its own) it took
+    at: float
+
+
 # -- agent -> kernel ---------------------------------------------------------------------------------------
 class AgentHelloMsg(TypedDict):
     t: Literal["agent"]
@@ -272,10 +278,11 @@ class CellMsg(TypedDict):
 class DataPlanMsg(TypedDict):
     t: Literal["data_plan"]
     seq: int
-    steps: int                # batches every rank gets this epoch
+    steps: int                # batches every rank gets this epoch (from where it resumes, on a restart)
     rows: int                 # rows used this epoch (all ranks)
     left_out: int
     workers: int
+    lanes: int                # the plan's data workers: a restart resumes the epoch with the same plan
 
 
 class DataErrorMsg(TypedDict):
@@ -297,7 +304,7 @@ class InterruptMsg(TypedDict):
 
 # -- who sends what ----------------------------------------------------------------------------------------
 RankMessage = Union[HelloMsg, StateMsg, ProgressMsg, LogMsg, ResultMsg, FailedMsg, DroppedMsg, UsageMsg,
-                    DataOpenMsg, DataDoneMsg]
+                    DataOpenMsg, DataDoneMsg, CommitMsg]
 FinalMessage = Union[ResultMsg, FailedMsg]  # how a rank's cell ended
 AgentMessage = Union[AgentHelloMsg, ExitMsg, BeatMsg]
 ChannelNotice = Union[ConnectedMsg, DisconnectedMsg]        # said for a rank's and an agent's connection alike
@@ -348,6 +355,8 @@ class RunPlan:
     probe_s: float | None = None  # the tasks first check they reach the channel (this long) and agree on a mode
     offline: bool = False      # the tasks cannot reach the kernel: rank 0's task relays (launchers/relay.py)
     versions: tuple[tuple[str, str], ...] = ()  # the kernel's Python and packages a rank's must match (_versions)
+    checkpoint: str | None = None  # where jt.commit writes and jt.restore reads (--max-restarts, --checkpoint-dir)
+    attempt: int = 1               # which start of the run this is (--max-restarts)
 
 
 @dataclass(frozen=True)

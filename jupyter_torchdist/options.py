@@ -36,6 +36,8 @@ class RunOptions:
     data_workers: int | None = None  # Spark tasks making batches() data (default: the slots beyond the ranks')
     n_explicit: bool = True  # -n was given (a --keep cell without -n runs on the kept ranks, however many)
     wait: float = DEFAULT_WAIT_S  # on a cluster, how long to wait for enough task slots (executors still coming)
+    max_restarts: int = 0         # start the run again this many times after a failure from outside its code
+    checkpoint_dir: str | None = None  # where jt.commit writes (default: a folder of the kernel's, ranks on its host)
 
     def __post_init__(self) -> None:
         if not _whole(self.n) or self.n < 1:
@@ -54,6 +56,13 @@ class RunOptions:
         if not (_finite_positive(self.wait) or self.wait == 0) or isinstance(self.wait, bool):
             raise OptionsError(f"--wait must be a number of seconds >= 0 (e.g. --wait 300; 0 fails at once when the "
                                f"session has too few task slots), got {self.wait!r}")
+        if not _whole(self.max_restarts) or self.max_restarts < 0:
+            raise OptionsError(f"--max-restarts must be a whole number >= 0 (e.g. --max-restarts 2), "
+                               f"got {self.max_restarts!r}")
+        if self.checkpoint_dir is not None and (not isinstance(self.checkpoint_dir, str)
+                                                or not self.checkpoint_dir.strip()):
+            raise OptionsError(f"--checkpoint-dir must be a folder or a URL every rank can write (e.g. "
+                               f"--checkpoint-dir /shared/ckpt or s3://bucket/run1), got {self.checkpoint_dir!r}")
         if not _finite_positive(self.max_payload_mb):
             raise OptionsError(f"--max-payload-mb must be a number of megabytes > 0 (e.g. --max-payload-mb 1024), "
                                f"got {self.max_payload_mb!r}")
@@ -75,6 +84,7 @@ class RunOptions:
             "n": self.n, "gpu": self.gpu, "output": self.output, "timeout": self.timeout,
             "local": self.local, "all_ranks": self.all_ranks, "keep": self.keep,
             "data_workers": self.data_workers, "script": list(self.script) or None,
+            "max_restarts": self.max_restarts or None, "checkpoint_dir": self.checkpoint_dir,
         }
 
 
@@ -158,6 +168,13 @@ def _build_parser(prog: str) -> _Parser:
     p.add_argument("--wait", type=_positive_number, default=DEFAULT_WAIT_S, metavar="SECONDS",
                    help=f"on a cluster, wait up to SECONDS for enough task slots (executors still starting, cores "
                         f"held by other notebooks) before failing (default {DEFAULT_WAIT_S:g}; 0: fail at once)")
+    p.add_argument("--max-restarts", type=_whole_number, default=0, metavar="K",
+                   help="start the run again, at most K times, when a rank is lost (its process killed or crashed "
+                        "by a signal, its host or executor gone); the cell resumes from its last jt.commit. An "
+                        "exception in the cell is never retried (default 0)")
+    p.add_argument("--checkpoint-dir", metavar="DIR",
+                   help="where jt.commit writes: a folder every rank's host can reach, or an fsspec URL (default, "
+                        "ranks on this machine: a folder of the kernel's, removed after the run)")
     p.add_argument("--max-payload-mb", type=_positive_number, default=DEFAULT_MAX_PAYLOAD_MB, metavar="MB",
                    help=f"largest captured payload to ship (default {DEFAULT_MAX_PAYLOAD_MB:g})")
     p.add_argument("--max-value-mb", type=_positive_number, default=DEFAULT_MAX_VALUE_MB, metavar="MB",

@@ -8,6 +8,7 @@ stops the job once every rank has stopped; the next ``batches()`` call starts af
 """
 from __future__ import annotations
 
+import json
 import linecache
 import threading
 import time
@@ -79,6 +80,10 @@ class _Epoch:
     cell: int | None = None  # the (kept) cell it was opened in: its data job ends with that cell
     steps: int = 0
     reply: C.DataReply | None = None
+    key: str = ""            # which epoch this is, whatever the attempt (see RankData.key)
+    skipped: int = 0         # batches taken before a restart (jt.commit's position): not sent again
+    taken: int = 0           # batches handed to the loop in this attempt
+    lanes: int = 0           # the plan's data workers: a restart resumes with the same plan
 
 
 class RankData:
@@ -95,6 +100,8 @@ class RankData:
         self.seq = 0
         self.wait_s = self.rows = 0.0
         self.first_at: float | None = None
+        self.opened: dict[str, int] = {}        # epoch key -> times batches() asked for it this cell
+        self.read: dict[str, dict[str, int]] = {}  # epoch key -> where the loop is in it (what jt.commit saves)
         runtime.link.on_data(self._on_message)
 
     def _on_message(self, msg: C.DataReply | None) -> None:
@@ -120,15 +127,46 @@ class RankData:
                 self.receiver.close_feed(stale.feed)
             self.epochs.clear()
             self.cell, self.seq, self.wait_s, self.rows, self.first_at = cell, 0, 0.0, 0.0, None
+            self.opened, self.read = {}, {}
+
+    def key(self, handle: DataFrameHandle, args: _Args) -> str:
+        """The epoch's name across attempts: the DataFrame, the arguments that decide its rows and order, and how
+        many times this cell asked for the same before (a second pass over one epoch is another epoch)."""
+        what = json.dumps([handle.id, args.batch_size, args.columns, args.shuffle, args.seed, args.epoch,
+                           args.drop_last])
+        self.opened[what] = self.opened.get(what, 0) + 1
+        return f"{what}#{self.opened[what]}"
+
+    def positions(self) -> dict[str, dict[str, int]]:
+        """Where the loop is in every epoch read so far (jt.commit saves it: a restart resumes there)."""
+        with self.cond:
+            live = {e.key: {"lanes": e.lanes, "steps": e.skipped + e.steps, "taken": e.skipped + e.taken}
+                    for e in self.epochs.values() if e.key}
+            return {**self.read, **live}
+
+    def _resume(self, key: str) -> dict[str, int] | None:
+        """This epoch's position in the commit the cell restored, if any."""
+        checkpoints = self.runtime.checkpoints
+        restored = checkpoints.restored if checkpoints is not None else None
+        return (restored or {}).get(key)
 
     def open(self, handle: DataFrameHandle, args: _Args, transform: Callable[..., Any] | None) -> _Epoch:
         with self.cond:
             self._new_cell()
+            key = self.key(handle, args)
+            resume = self._resume(key)
+            if resume is not None and resume["taken"] >= resume["steps"]:
+                self.read[key] = dict(resume)  # read to its end before the commit: nothing of it comes again
+                return _Epoch(0, None, self.cell, key=key, skipped=resume["taken"])
             self.seq += 1
-            epoch = _Epoch(self.seq, self.receiver.open_feed(args.prefetch), self.cell)
+            epoch = _Epoch(self.seq, self.receiver.open_feed(args.prefetch), self.cell, key=key,
+                           skipped=resume["taken"] if resume else 0)
             self.epochs[epoch.seq] = epoch
+        wanted: dict[str, Any] = dict(args.__dict__)
+        if resume is not None:
+            wanted["resume"] = {"lanes": resume["lanes"], "taken": resume["taken"]}
         msg: C.DataOpenMsg = {
-            "t": C.DATA_OPEN, "seq": epoch.seq, "feed": epoch.feed.token, "handle": handle.id, "args": args.__dict__,
+            "t": C.DATA_OPEN, "seq": epoch.seq, "feed": epoch.feed.token, "handle": handle.id, "args": wanted,
             "transform": dumps(transform) if transform is not None else None,
             "transform_name": getattr(transform, "__qualname__", repr(transform))[:200],
             "sources": _sources(transform), "address": self.receiver.listener.address,
@@ -145,7 +183,7 @@ class RankData:
             self.close(epoch, early=False, tell=False)
             why = f"{reply['summary']}\n{reply['traceback']}" if reply is not None else "batches() failed"
             raise DataError(why.rstrip())
-        epoch.steps = reply["steps"]
+        epoch.steps, epoch.lanes = reply["steps"], reply.get("lanes", reply["workers"])
         return epoch
 
     def take(self, epoch: _Epoch) -> dict[str, Any]:
@@ -153,14 +191,21 @@ class RankData:
             self.first_at = time.monotonic()
         before, rows = epoch.feed.wait_s, epoch.feed.rows
         try:
-            return epoch.feed.take()
+            batch = epoch.feed.take()
+            epoch.taken += 1  # handed to the loop: a commit from here on counts it as read
+            return batch
         finally:
             self.wait_s += epoch.feed.wait_s - before
             self.rows += epoch.feed.rows - rows
 
     def close(self, epoch: _Epoch, *, early: bool, tell: bool = True) -> None:
+        if epoch.feed is None:
+            return  # read before a restart: nothing was asked of the kernel
         with self.cond:
             self.epochs.pop(epoch.seq, None)
+            if epoch.key:
+                self.read[epoch.key] = {"lanes": epoch.lanes, "steps": epoch.skipped + epoch.steps,
+                                        "taken": epoch.skipped + epoch.taken}
         self.receiver.close_feed(epoch.feed)
         if tell:
             self.runtime.client.post({"t": C.DATA_DONE, "seq": epoch.seq, "early": early}, urgent=True)

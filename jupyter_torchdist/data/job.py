@@ -25,7 +25,7 @@ from typing import Any, Final
 from .. import contract as C
 from ..contract import Inbound
 from ..launchers.base import DataPlane
-from .plan import EpochPlan, Piece, plan_epoch
+from .plan import EpochPlan, Piece, plan_epoch, resume_plan
 from .producer import PIECE_PROPERTY, STATUS_SCHEMA, ProducerSpec, producer
 
 __all__ = ["DataJob", "JobSetup", "ATTEMPTS"]
@@ -47,6 +47,7 @@ class JobSetup:
     group: str
     plane: DataPlane        # where the data tasks run (the DataFrame's session), and how they are submitted
     pipeline: bool = False  # free task slots for two tasks per worker: each starts its next piece's task early
+    taken: int = 0          # a restart resuming the epoch: the batches every rank already had
 
 
 def _count_rows(batches: Any) -> Any:
@@ -89,7 +90,8 @@ def _source(plane: DataPlane, df: Any, columns: tuple[str, ...] | None, workers:
 
 def _piece_json(piece: Piece) -> dict[str, Any]:
     fragments = [[f.rank, f.step, f.index, f.of, f.rows] for f in piece.fragments]
-    return {"id": piece.id, "partition": piece.partition, "lo": piece.lo, "hi": piece.hi, "fragments": fragments}
+    return {"id": piece.id, "partition": piece.partition, "lo": piece.lo, "hi": piece.hi, "fragments": fragments,
+            "skip": piece.skip}
 
 
 class DataJob:
@@ -116,8 +118,8 @@ class DataJob:
 
     def _start(self, s: JobSetup, a: dict[str, Any]) -> EpochPlan:
         source, counts = _source(s.plane, s.df, a["columns"], s.workers)
-        plan = plan_epoch(counts, s.world, a["batch_size"], lanes=s.workers, shuffle=a["shuffle"], seed=a["seed"],
-                          epoch=a["epoch"], drop_last=a["drop_last"])
+        plan = resume_plan(plan_epoch(counts, s.world, a["batch_size"], lanes=s.workers, shuffle=a["shuffle"],
+                                      seed=a["seed"], epoch=a["epoch"], drop_last=a["drop_last"]), s.taken)
         self._run = s.plane.piece_runner(source, functools.partial(producer, s.spec), STATUS_SCHEMA, PIECE_PROPERTY)
         streams = 2 if s.pipeline else 1
         self._lanes, self._left = len(plan.lanes), {k: streams for k in range(len(plan.lanes))}

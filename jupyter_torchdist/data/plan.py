@@ -25,7 +25,7 @@ import bisect
 import random
 from dataclasses import dataclass
 
-__all__ = ["Fragment", "Piece", "EpochPlan", "plan_epoch", "block_order", "BLOCK_ROWS"]
+__all__ = ["Fragment", "Piece", "EpochPlan", "plan_epoch", "resume_plan", "block_order", "BLOCK_ROWS"]
 
 BLOCK_ROWS = 1024  # rows shuffled together in a piece: a producer holds at most one block (and one batch)
 
@@ -51,6 +51,7 @@ class Piece:
     hi: int
     lane: int
     fragments: tuple[Fragment, ...]
+    skip: int = 0   # rows at the start of its (shuffled) order already delivered before a restart: not sent again
 
     @property
     def used(self) -> int:
@@ -203,3 +204,23 @@ def plan_epoch(counts: list[int], world: int, batch: int, *, lanes: int = 1, shu
                       for k, lane in enumerate(dealt))
     used = sum(sizes)
     return EpochPlan(len(sizes) // world if sizes else 0, used, total - used, lanes_out)
+
+
+def resume_plan(plan: EpochPlan, taken: int) -> EpochPlan:
+    """The rest of ``plan`` after every rank took its first ``taken`` batches (a restart resuming an epoch): the same
+    rows at the same later steps, renumbered from 0. A piece's fragments come in increasing step order, so what was
+    taken is a prefix of each piece's rows: the piece skips it (no transform) and sends the rest."""
+    if taken <= 0:
+        return plan
+    lanes = []
+    for lane in plan.lanes:
+        kept = []
+        for piece in lane:
+            rest = tuple(Fragment(f.rank, f.step - taken, f.index, f.of, f.rows) for f in piece.fragments
+                         if f.step >= taken)
+            done = sum(f.rows for f in piece.fragments if f.step < taken)
+            if rest:
+                kept.append(Piece(piece.id, piece.partition, piece.lo, piece.hi, piece.lane, rest, piece.skip + done))
+        lanes.append(tuple(kept))
+    used = sum(p.used for lane in lanes for p in lane)
+    return EpochPlan(max(0, plan.steps - taken), used, plan.rows_left_out, tuple(lane for lane in lanes if lane))

@@ -129,6 +129,13 @@ def _tables(piece: dict[str, Any], blocks: Iterator[Any]) -> Iterator[tuple[list
     import pyarrow as pa
 
     pending, held = [], 0
+    skip = int(piece.get("skip") or 0)  # delivered before a restart: read past, never transformed
+    while skip:
+        block = next(blocks)
+        if block.num_rows > skip:
+            pending, held = [block.slice(skip)], block.num_rows - skip
+            break
+        skip -= block.num_rows
     for fragment in piece["fragments"]:
         rows = fragment[4]
         while held < rows:

@@ -119,11 +119,16 @@ class DataService:
                              "(drop --local)")
         args = dict(first["args"])
         args["columns"] = tuple(args["columns"]) if args.get("columns") else None
+        resume = args.pop("resume", None) or {}  # a restart: the epoch's plan as it was, less what was read
         free = plane.free_slots(self.ranks_in_slots)
         if plane.grows:  # dynamic allocation: Spark asks the cluster for executors for the data tasks as they wait
-            free = max(free, self.workers or self.world)
-        _check_slots(free, self.workers, plane.master)
-        workers = self.workers or min(free, plane.default_workers(self.world, free))
+            free = max(free, self.workers or self.world, int(resume.get("lanes") or 0))
+        if resume:
+            _check_resume(free, int(resume["lanes"]), plane.master)
+            workers = int(resume["lanes"])
+        else:
+            _check_slots(free, self.workers, plane.master)
+            workers = self.workers or min(free, plane.default_workers(self.world, free))
         spec = ProducerSpec(
             secret=self.secret, addresses=tuple(tuple(epoch.opens[r]["address"]) for r in range(self.world)),
             pins=tuple(epoch.opens[r].get("pin") for r in range(self.world)),
@@ -132,7 +137,7 @@ class DataService:
             shuffle=bool(args["shuffle"]), seed=int(args["seed"]), epoch=int(args["epoch"]),
             sources=_sources(epoch.opens))
         return JobSetup(df, self.world, workers, args, spec, f"jupyter-torchdist-data-{self.run_id}-{epoch.seq}",
-                        plane=plane, pipeline=free >= 2 * workers)
+                        plane=plane, pipeline=free >= 2 * workers, taken=int(resume.get("taken") or 0))
 
     def _start(self, epoch: _Epoch) -> None:
         from .job import DataJob
@@ -153,7 +158,7 @@ class DataService:
             self._fail(epoch, f"the data job could not start: {error_summary(exc)}", "")
             return
         reply = {"t": C.DATA_PLAN, "seq": epoch.seq, "steps": plan.steps, "rows": plan.rows_used,
-                 "left_out": plan.rows_left_out, "workers": len(plan.lanes)}
+                 "left_out": plan.rows_left_out, "workers": len(plan.lanes), "lanes": setup.workers}
         for rank in range(self.world):
             self.server.send(rank, C.RANK, reply)
         if len(epoch.done) == self.world and epoch.early:
@@ -204,3 +209,11 @@ def _check_slots(free: int, asked: int | None, master: str) -> None:
     if asked is not None and asked > free:
         raise SetupError(f"--data-workers {asked} needs {asked} free task slots beside the ranks, but the "
                          f"SparkSession ({master}) has {free}: ask for at most {free}, or give it more slots")
+
+
+def _check_resume(free: int, lanes: int, master: str) -> None:
+    """A restart resumes an epoch with its first plan, which needs as many data workers at once as it had."""
+    if lanes > free:
+        raise SetupError(f"this epoch resumes where the last commit left it, with the plan it had: {lanes} data "
+                         f"workers at once, but the SparkSession ({master}) has {free} free task slots beside the "
+                         "ranks now (a lost host took some): give it more slots, or start the run afresh")

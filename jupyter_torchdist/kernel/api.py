@@ -14,23 +14,28 @@ __all__ = ["run", "run_detailed", "spark_session"]
 
 def run_detailed(fn: Callable[..., Any], *args: Any, n: int = 2, gpu: bool = False, local: bool = False,
                  timeout: float | None = None, all_ranks: bool = False, data_workers: int | None = None,
-                 view: RunView | None = None, **kwargs: Any) -> RunResult:
-    """Like ``run`` but returns the whole ``RunResult`` (every rank's value, state, logs)."""
-    options = RunOptions(n=n, gpu=gpu, local=local, timeout=timeout, all_ranks=all_ranks, data_workers=data_workers)
+                 max_restarts: int = 0, checkpoint_dir: str | None = None, view: RunView | None = None,
+                 **kwargs: Any) -> RunResult:
+    """Like ``run`` but returns the whole ``RunResult`` (every rank's value, state, logs, failed attempts)."""
+    options = RunOptions(n=n, gpu=gpu, local=local, timeout=timeout, all_ranks=all_ranks, data_workers=data_workers,
+                         max_restarts=max_restarts, checkpoint_dir=checkpoint_dir)
     work = Work(fn, args, kwargs, title=f"run({getattr(fn, '__name__', 'fn')}) -n {n}")
     return launch(work, options, view)
 
 
 def run(fn: Callable[..., Any], *args: Any, n: int = 2, gpu: bool = False, local: bool = False,
-        timeout: float | None = None, all_ranks: bool = False, data_workers: int | None = None, **kwargs: Any) -> Any:
+        timeout: float | None = None, all_ranks: bool = False, data_workers: int | None = None,
+        max_restarts: int = 0, checkpoint_dir: str | None = None, **kwargs: Any) -> Any:
     """Call ``fn(*args, **kwargs)`` on ``n`` ranks (process group ready) and return rank 0's value.
 
     With ``all_ranks=True`` the list of every rank's value comes back instead. A Spark DataFrame among the
     arguments reaches the ranks as a handle for ``jupyter_torchdist.batches``; ``data_workers`` Spark tasks
-    prepare its batches (default: the session's task slots beyond the ranks').
+    prepare its batches (default: the session's task slots beyond the ranks'). ``max_restarts`` and
+    ``checkpoint_dir`` are ``--max-restarts`` and ``--checkpoint-dir`` (``jupyter_torchdist.commit``/``restore``).
     """
     return run_detailed(fn, *args, n=n, gpu=gpu, local=local, timeout=timeout, all_ranks=all_ranks,
-                        data_workers=data_workers, **kwargs).value
+                        data_workers=data_workers, max_restarts=max_restarts, checkpoint_dir=checkpoint_dir,
+                        **kwargs).value
 
 
 def spark_session() -> Any:

@@ -41,6 +41,7 @@ class RunLifecycle:
     start_by: float | None = None    # ranks started one by one (dynamic allocation): all must say hello by then
     start_hint: str = ""             # ... and what to do when they do not
     data: DataStats = field(default_factory=DataStats)
+    committed: tuple[int, float, int, float] | None = None  # the last jt.commit: (step, when, bytes, seconds)
 
     def __post_init__(self) -> None:
         if not self.ranks:
@@ -199,4 +200,11 @@ class RunLifecycle:
         dropped = [f"rank {r.rank}: {r.log_dropped:,} log lines past the budget were dropped"
                    for r in self.ranks if r.log_dropped]
         waiting = self._waiting_notice()
-        return ([waiting] if waiting else []) + self.notes + ([bound] if bound else []) + dropped
+        return ([waiting] if waiting else []) + self.notes + self._commit_notice() + ([bound] if bound else []) \
+            + dropped
+
+    def _commit_notice(self) -> list[str]:
+        if self.committed is None:
+            return []
+        step, _, size, seconds = self.committed
+        return [f"last commit: step {step} ({size / 1e6:.1f} MB, {seconds * 1000:.0f} ms to save)"]

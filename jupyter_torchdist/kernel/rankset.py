@@ -61,12 +61,16 @@ class RankSet:
         self.hosts: dict[int, tuple[str, int | None]] = {}
         self.heard: dict[int, float] = {}  # kept ranks: when each last said anything (usage readings go on)
         self.rank_names: set[str] = set()  # global names the ranks' own code defined (kept ranks)
+        self.checkpoint: str | None = None  # where jt.commit writes (--max-restarts, --checkpoint-dir)
+        self.attempt = 1                    # which start of the run these ranks are
+        self.carried: list[str] = []        # notes from the attempts before this one, for its view
 
     # -- one cell ----------------------------------------------------------------------------------------
     def new_state(self, options: RunOptions, title: str) -> RunState:
         cell = self.cells + 1
         state = RunState(options.n, title=title, options=options.summary(), backend=self.info.label,
                          started_at=time.time(), cell=cell if self.keep else None)
+        state.notes.extend(self.carried)
         if self.keep and self.launcher.slot_noun:
             state.notes.append(f"kept ranks hold {options.n} {self.launcher.slot_noun} until %distribute_stop "
                                "(or ranks.stop())")
@@ -108,7 +112,8 @@ class RankSet:
                        secret=self.server.secret, payload=payload, filename=filename, source=source,
                        gpu=options.gpu, threads=options.backend_threads, max_value_bytes=options.max_value_bytes,
                        all_ranks=options.all_ranks, loopback=self.info.loopback, tls=self.server.tls_pin,
-                       keep=self.keep, versions=tuple(local_versions().items()))
+                       keep=self.keep, versions=tuple(local_versions().items()), checkpoint=self.checkpoint,
+                       attempt=self.attempt)
 
     def after_cell(self, state: RunState, sup: Supervisor) -> None:
         """Learn what the cell told about the ranks; a kept set the cell broke is closed here."""

@@ -17,6 +17,7 @@ class RunResult:
     values: dict[int, Any]          # every value that came back, by rank
     state: RunState                 # the run as the view last drew it
     logs: dict[int, list[tuple[str, str]]] = field(default_factory=dict)  # (stream, line) per rank, all kept
+    attempts: list[Any] = field(default_factory=list)  # --max-restarts: the attempts that failed and were restarted
 
     def report(self) -> Any:
         """The run report (displays itself in a notebook; ``repr`` is the text version)."""

@@ -19,6 +19,7 @@ from ..views import NullView, RunView
 from .pickling import pack
 from .rankset import RankSet
 from .result import RunResult
+from .restarts import Attempt, CheckpointFolder, ContinuedView, failed_attempt
 from .supervisor import plain_sigint
 
 __all__ = ["Work", "launch", "execute", "last_run"]
@@ -48,13 +49,48 @@ def launch(work: Work, options: RunOptions, view: RunView | None = None) -> RunR
     global _last
     payload = pack(work.fn, work.args, work.kwargs, max_bytes=options.max_payload_bytes)
     try:
-        result = execute(payload, options, RankSet(options), view or NullView(), filename=work.filename,
-                         source=work.source, title=work.title)
+        result = _attempts(payload, options, view or NullView(), work)
     except DistributeError as exc:
         _last = exc.result if isinstance(exc.result, RunResult) else _last
         raise
     _last = result
     return result
+
+
+def _attempts(payload: bytes, options: RunOptions, view: RunView, work: Work) -> RunResult:
+    """Run on fresh ranks; with ``--max-restarts``, again on fresh ranks after a failure from outside the cell's
+    code, up to that many times (``restarts``), the ranks resuming from the last ``jt.commit``."""
+    shown = ContinuedView(view) if options.max_restarts else view
+    folder: CheckpointFolder | None = None
+    failed: list[Attempt] = []
+    try:
+        while True:
+            ranks = RankSet(options)
+            if folder is None:
+                folder = CheckpointFolder.for_run(options, ranks.info.loopback)
+            ranks.checkpoint, ranks.attempt = folder.where, len(failed) + 1
+            ranks.carried = [a.line(options.max_restarts + 1) for a in failed]
+            started = time.time()
+            try:
+                result = execute(payload, options, ranks, shown, filename=work.filename, source=work.source,
+                                 title=work.title + (f" (attempt {ranks.attempt})" if failed else ""))
+                result.attempts = failed
+                return result
+            except RunError as exc:
+                attempt = (failed_attempt(exc, ranks.attempt, started, folder.latest())
+                           if len(failed) < options.max_restarts else None)
+                if attempt is None:
+                    exc.extra.extend(a.line(options.max_restarts + 1) for a in failed)
+                    if isinstance(exc.result, RunResult):
+                        exc.result.attempts = failed
+                    raise
+                attempt.restarted_at = time.time()
+                failed.append(attempt)
+    finally:
+        if isinstance(shown, ContinuedView):
+            shown.close()
+        if folder is not None:
+            folder.remove()
 
 
 def _values(options: RunOptions, values: dict[int, Any]) -> Any:

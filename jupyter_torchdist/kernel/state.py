@@ -68,6 +68,8 @@ class RunState(RunLifecycle):
                 self.record(rs, rs.on_failed(msg, at, stopping=self.stop_reason is not None))
         elif msg["t"] == C.DATA_OPEN or msg["t"] == C.DATA_DONE:
             pass  # batches(): the data service answers it; the rank's usage shows its wait
+        elif msg["t"] == C.COMMIT:
+            self.committed = (int(msg.get("step", 0)), at, int(msg.get("bytes", 0)), float(msg.get("seconds", 0.0)))
         else:
             self._said_of_rank(rs, role, msg, at)
 

@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterator
 from .. import contract as C
 
 __all__ = ["report", "rank", "local_rank", "world_size", "local_world_size", "is_main", "device",
-           "barrier", "main_first", "on_main"]
+           "barrier", "main_first", "on_main", "commit", "restore"]
 
 DEVICE_ENV = "JUPYTER_TORCHDIST_DEVICE"
 
@@ -113,3 +113,39 @@ def on_main(fn: Any, *args: Any, **kwargs: Any) -> Any:
     value = fn(*args, **kwargs) if is_main() else None
     barrier()
     return value
+
+
+def _commits() -> Any:
+    from .runtime import current  # only on a rank: the kernel imports this module for the API alone
+
+    runtime = current()
+    return runtime.checkpoints if runtime is not None else None
+
+
+def commit(step: int, *, every: int | None = None, **objects: Any) -> bool:
+    """Save ``objects`` as the state to resume from at ``step`` (rank 0 writes it; every rank calls it).
+
+    ``model=model, optimizer=opt``: anything with ``state_dict()``, or any picklable value (a dict of counters).
+    Call it after the step's update. ``every=50`` commits only when ``step`` is a multiple of 50. Returns whether
+    this call committed. A commit is atomic (a restart sees the latest complete one) and is written in the
+    background; the data position of every ``batches()`` epoch goes with it. Does nothing outside a run with a
+    checkpoint folder (``--max-restarts``, ``--checkpoint-dir``): a cell written for restarts runs anywhere.
+    """
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise ValueError(f"jt.commit: step must be a whole number >= 0, got {step!r}")
+    if every is not None and (isinstance(every, bool) or not isinstance(every, int) or every < 1):
+        raise ValueError(f"jt.commit: every must be a whole number >= 1, got {every!r}")
+    checkpoints = _commits()
+    if checkpoints is None or (every is not None and step % every):
+        return False
+    checkpoints.commit(step, objects)
+    return True
+
+
+def restore(**objects: Any) -> int:
+    """Load the latest commit into ``objects`` (``model=model, optimizer=opt``: the names given to ``commit``) and
+    return its step; 0, with nothing loaded, on a fresh start or outside such a run. Every rank gets the same
+    state. Call it once, after building the objects and before the loop: ``batches()`` epochs then resume where
+    the commit left them (an epoch read to its end yields nothing, the one in progress its remaining batches)."""
+    checkpoints = _commits()
+    return 0 if checkpoints is None else int(checkpoints.restore(objects))

@@ -20,6 +20,8 @@ from ..channel.client import connect
 from ..contract import RunPlan
 from . import api as rank_api
 from .allocator import tune_allocator
+from .checkpoint import Checkpoints, check_shared
+from .checkpoint import flush as flush_commits
 from .client import RankClient
 from .group import init_group, rendezvous, set_env
 from .kept import serve_cells
@@ -87,6 +89,11 @@ def _run_kept_cell(cell: C.CellMsg, ns: Namespace, guard: Any, *, client: RankCl
     try:
         client.post({"t": C.STATE, "state": "running"})
         outcome = _call_kept(cell["payload"], ns, guard)
+        if outcome[0] == "ok":
+            try:
+                flush_commits()
+            except BaseException as exc:
+                outcome = ("error", exc)
     finally:
         reporting.close()
     return final_message(*outcome, filename=cell["filename"], send_value=rank == 0 or cell["all_ranks"],
@@ -106,8 +113,11 @@ def _one_shot(plan: RunPlan, rank: int, store: Any, device: str, client: RankCli
     try:
         client.post({"t": C.STATE, "state": "starting"})
         init_group(plan, rank, store, device)
+        _checkpoints(plan, rank, client)
         client.post({"t": C.STATE, "state": "running"})
         outcome = run_payload(plan.payload, plan.filename, plan.source)
+        if outcome[0] == "ok":
+            flush_commits()  # the cell's last commit is written before it says it ended
     except BaseException as exc:
         outcome = ("error", exc)
     finally:
@@ -116,10 +126,30 @@ def _one_shot(plan: RunPlan, rank: int, store: Any, device: str, client: RankCli
                          max_bytes=plan.max_value_bytes)
 
 
+def _checkpoints(plan: RunPlan, rank: int, client: RankClient) -> None:
+    """With a checkpoint folder, jt.commit and jt.restore work: the folder is checked writable and shared first."""
+    if plan.checkpoint is None:
+        return
+    import torch.distributed as dist
+
+    runtime = current()
+    assert runtime is not None  # installed before the group forms
+
+    def data_position() -> Any:
+        positions = getattr(runtime.data, "positions", None)  # the data layer's, once batches() ran
+        return positions() if callable(positions) else {}
+
+    checkpoints = Checkpoints(plan.checkpoint, rank, client.post, data_position)
+    if plan.world_size > 1:
+        check_shared(checkpoints.store, rank, plan.world_size, plan.run_id, dist.barrier)
+    runtime.checkpoints = checkpoints
+
+
 def _kept(plan: RunPlan, rank: int, store: Any, device: str, link: KernelLink, client: RankClient) -> int:
     try:
         client.post({"t": C.STATE, "state": "starting"})
         init_group(plan, rank, store, device)
+        _checkpoints(plan, rank, client)
     except BaseException as exc:
         final = final_message("error", exc, filename=plan.filename, send_value=False, max_bytes=0)
         final["cell"] = 1

@@ -6,7 +6,7 @@ without us), where APIs that need the kernel say so instead of failing obscurely
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from ..contract import RunPlan
@@ -14,7 +14,17 @@ if TYPE_CHECKING:
     from .link import KernelLink
     from .usage import UsageSampler
 
-__all__ = ["RankRuntime", "current", "install"]
+__all__ = ["RankRuntime", "Commits", "current", "install"]
+
+
+class Commits(Protocol):
+    """What jt.commit / jt.restore and batches() use of a run's checkpoints (``checkpoint.Checkpoints``)."""
+
+    restored: dict[str, Any] | None  # the data positions of the commit restored (batches() resumes there)
+
+    def commit(self, step: int, objects: dict[str, Any]) -> None: ...
+    def restore(self, objects: dict[str, Any]) -> int: ...
+    def flush(self) -> None: ...
 
 
 @dataclass
@@ -28,6 +38,7 @@ class RankRuntime:
     cell: int = 1                 # the cell running now (kept ranks count them; per-cell numbers restart with it)
     data: object = None           # batches(): this rank's data plane (data.batches.RankData), made on first use;
     # typed there: the rank layer does not import the data layer above it
+    checkpoints: Commits | None = None  # jt.commit / jt.restore, when the run has a checkpoint folder
 
 
 _current: RankRuntime | None = None

@@ -1,0 +1,138 @@
+"""--max-restarts on real ranks: a rank SIGKILLed from outside mid-run, the run started again from the last
+jt.commit, the model equal to an uninterrupted run's and every batches() row trained on once per epoch; what is
+not retried (the cell's own exception, --max-restarts 0); a checkpoint folder that cannot be written."""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+import cloudpickle
+import pytest
+
+import jupyter_torchdist as jt
+from jupyter_torchdist.errors import RunFailed
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the ranks cannot import the tests package
+
+ROWS, BATCH, EPOCHS = 64, 4, 2  # 8 steps an epoch on 2 ranks
+
+
+def train(df, pid_file: str | None, kill_at: int):
+    """Two epochs of a tiny model on batches of ``df``; rank 1 waits to be killed at step ``kill_at`` (first
+    attempt only) after writing its pid. Commits every step, with the ids every rank trained on."""
+    import torch
+    import torch.distributed as dist
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    log: dict = {"seen": [], "attempts": 0}
+    step = jt.restore(model=model, optimizer=opt, log=log)
+    log["attempts"] += 1
+    for epoch in range(EPOCHS):
+        for batch in jt.batches(df, BATCH, epoch=epoch, seed=3):
+            loss = (model(batch["x"]) - batch["id"].float().unsqueeze(1)).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            for p in model.parameters():
+                dist.all_reduce(p.grad)
+                p.grad /= dist.get_world_size()
+            opt.step()
+            ids: list = [None] * dist.get_world_size()
+            dist.all_gather_object(ids, batch["id"].tolist())
+            log["seen"] += [i for part in ids for i in part]
+            step += 1
+            jt.commit(step, model=model, optimizer=opt, log=log)
+            if pid_file and step == kill_at and dist.get_rank() == 1 and log["attempts"] == 1:
+                Path(pid_file).write_text(str(os.getpid()))
+                time.sleep(60)  # killed from outside here
+    return [p.detach().clone() for p in model.parameters()], log
+
+
+def _kill_when_written(pid_file: Path) -> threading.Thread:
+    def kill() -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if pid_file.exists() and pid_file.read_text():
+                os.kill(int(pid_file.read_text()), signal.SIGKILL)
+                return
+            time.sleep(0.05)
+    thread = threading.Thread(target=kill, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.fixture(scope="module")
+def frame(spark):
+    return spark.range(0, ROWS, numPartitions=4).selectExpr("id", "array(cast(id as float), 1f, 2f, 3f) as x")
+
+
+@pytest.mark.spark
+def test_a_rank_killed_mid_run_restarts_from_the_last_commit_with_its_data_position(frame, tmp_path):
+    pid_file = tmp_path / "pid"
+    killer = _kill_when_written(pid_file)
+    result = jt.run_detailed(train, frame, str(pid_file), 5, n=2, local=True, max_restarts=1, timeout=180,
+                             data_workers=2)
+    killer.join(1)
+    (weights, log) = result.value
+    assert [a.failure.kind for a in result.attempts] == ["exit"] and result.attempts[0].failure.signal == "SIGKILL"
+    assert result.attempts[0].commit_step == 5 and log["attempts"] == 2
+    assert sorted(log["seen"]) == sorted(list(range(ROWS)) * EPOCHS), "every row once per epoch, none twice"
+    plain, plain_log = jt.run(train, frame, None, 0, n=2, local=True, timeout=180, data_workers=2)
+    assert plain_log["seen"] == log["seen"], "the same rows in the same order as an uninterrupted run"
+    assert all((a - b).abs().max().item() == 0 for a, b in zip(weights, plain)), "the same model, exactly"
+    assert any("attempt 1 of 2 failed: rank 1" in n and "restarted from step 5" in n
+               for n in result.state.notes), result.state.notes
+
+
+def fails_in_its_own_code(pid_file: str):
+    import torch.distributed as dist
+
+    with open(pid_file, "a") as f:  # O_APPEND: one x per rank and attempt, whatever the order
+        f.write("x")
+    if dist.get_rank() == 1:
+        raise ValueError("the cell's own bug")
+    dist.barrier()
+
+
+def test_an_exception_in_the_cell_is_never_retried(tmp_path):
+    tries = tmp_path / "tries"
+    tries.write_text("")
+    with pytest.raises(RunFailed, match="the cell's own bug") as info:
+        jt.run(fails_in_its_own_code, str(tries), n=2, local=True, max_restarts=3, timeout=60)
+    assert tries.read_text() == "xx" and info.value.result.attempts == []  # one attempt, on both ranks
+
+
+def dies(pid_file: str):
+    import torch.distributed as dist
+
+    step = jt.restore(log={})
+    jt.commit(step + 1, log={})
+    if dist.get_rank() == 1:
+        time.sleep(1)  # rank 0 writes the commit in the background meanwhile (killed mid-write, the one before stands)
+        os.kill(os.getpid(), signal.SIGKILL)
+    dist.barrier()
+
+
+def test_without_restarts_a_killed_rank_fails_the_cell_and_with_them_the_limit_holds(tmp_path):
+    with pytest.raises(RunFailed, match="killed by SIGKILL"):
+        jt.run(dies, "", n=2, local=True, timeout=60)
+    with pytest.raises(RunFailed, match="killed by SIGKILL") as info:
+        jt.run(dies, "", n=2, local=True, max_restarts=2, timeout=60)
+    attempts = info.value.result.attempts
+    assert [a.number for a in attempts] == [1, 2] and [a.commit_step for a in attempts] == [1, 2]
+    text = "\n".join(info.value._render_traceback_())
+    assert "attempt 1 of 3 failed" in text and "attempt 2 of 3 failed" in text, text
+
+
+def test_a_checkpoint_folder_the_ranks_cannot_write_fails_at_once(tmp_path):
+    blocked = tmp_path / "file-not-folder"
+    blocked.write_text("")
+    began = time.monotonic()
+    with pytest.raises(RunFailed, match="cannot write to the checkpoint folder"):
+        jt.run(dies, "", n=2, local=True, max_restarts=1, checkpoint_dir=str(blocked / "sub"), timeout=60)
+    assert time.monotonic() - began < 30
