@@ -185,20 +185,65 @@ def test_a_lost_host_is_named_within_20_s_and_the_kernel_stays_usable(hosts):
 
 def test_a_worker_killed_mid_run_is_named_with_its_host(hosts):
     made, kernel, layout = hosts
-    if layout != "resolving":
-        pytest.skip("one layout is enough for a killed worker (it ends this module's cluster)")
+    if layout != "debian":
+        pytest.skip("one layout is enough for a killed worker (after the lost host: both ranks on tdh1)")
     done: dict[str, dict] = {}
     cell = ("%%distribute -n 2\nimport torch, torch.distributed as dist, time\nt = torch.ones(1)\n"
             "for _ in range(600):\n    dist.all_reduce(t)\n    time.sleep(0.1)")
     thread = threading.Thread(target=lambda: done.update(r=kernel.execute(cell, timeout=240)))
     thread.start()
-    time.sleep(10)  # test-side: training for a while before the worker goes
-    kill_worker(made, 1)
+    time.sleep(8)  # test-side: training for a while before the worker goes
+    kill_worker(made, 0)
     killed_at = time.monotonic()
     thread.join()
     named = time.monotonic() - killed_at
     r, text = done["r"], kernel.text(done["r"])
-    assert r["status"] == "error" and re.search(r"rank \d on tdh2 \(198\.18\.0\.12\) failed first", text), text
+    assert r["status"] == "error" and re.search(r"rank \d on tdh1 \(198\.18\.0\.11\) failed first", text), text
     print(f"[{layout}] killed worker named {named:.1f} s after it died")
     assert named < 20
     assert "2" in kernel.text(kernel.execute("print(1 + 1)"))
+
+
+RESTARTING = """\
+%%distribute -n 2 --all-ranks --max-restarts 1 --checkpoint-dir {ckpt}
+import pathlib, socket, time, torch, torch.distributed as dist
+state = {{"t": torch.zeros(1)}}
+step = jt.restore(state=state)
+pathlib.Path("{where}", f"rank{{dist.get_rank()}}-{{step}}").write_text(f"{{socket.gethostname()}} {{time.time()}}")
+for s in range(step, 150):
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    state["t"] += t
+    jt.commit(s + 1, state=state)
+    time.sleep(0.1)
+(socket.gethostname(), step, state["t"].item())
+"""
+
+
+def test_a_host_lost_mid_run_with_restarts_finishes_on_the_remaining_host(hosts, tmp_path):
+    made, kernel, layout = hosts
+    if layout != "resolving":
+        pytest.skip("one layout is enough for a restart after a lost host (it ends this module's cluster)")
+    ckpt, where = tmp_path / "ckpt", tmp_path / "where"  # the hosts share this machine's file system
+    where.mkdir()
+    done: dict[str, dict] = {}
+    cell = RESTARTING.format(ckpt=ckpt, where=where)
+    thread = threading.Thread(target=lambda: done.update(r=kernel.execute(cell, timeout=300)))
+    thread.start()
+    deadline = time.monotonic() + 120
+    while not (where / "rank1-0").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(6)  # test-side: training for a while before rank 1's host goes
+    lost = made.names.index((where / "rank1-0").read_text().split()[0])
+    link_down(made, lost)
+    cut_at = time.time()
+    thread.join()
+    r, text = done["r"], kernel.text(done["r"])
+    assert r["status"] == "ok", text
+    (host0, resumed, total), (host1, _, total1) = _values(r)
+    survivor = made.names[1 - lost]
+    assert host0 == host1 == survivor and resumed > 0 and total == total1 == 300.0, _values(r)
+    assert re.search(rf"attempt 1 of 2 failed: rank 1 on {made.names[lost]} \(198\.18\.0\.1\d\): lost: no word "
+                     rf"from it for \d+ s .* restarted from step {resumed}", text), text
+    again = min(float(p.read_text().split()[1]) for p in where.glob(f"rank*-{resumed}"))
+    print(f"[{layout}] training again {again - cut_at:.1f} s after rank 1's host was cut off, from step {resumed}")
