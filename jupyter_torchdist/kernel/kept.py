@@ -11,14 +11,16 @@ from __future__ import annotations
 import atexit
 import weakref
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
+from ..errors import RunFailed
 from ..options import RunOptions
 from ..views import NullView, RunView
 from .kept_cell import kept_cell
 from .pickling import pack
 from .rankset import KeptInfo, RankSet
+from .restarts import CheckpointFolder, restartable
 from .result import RunResult
 from .run import execute
 
@@ -26,6 +28,17 @@ __all__ = ["Ranks", "KeptInfo", "notebook_ranks", "set_notebook_ranks"]
 
 
 _live: weakref.WeakSet[Ranks] = weakref.WeakSet()
+
+
+@dataclass(frozen=True)
+class _First:
+    """The call that started a kept set: run again when the set restarts."""
+
+    payload: bytes
+    options: RunOptions
+    title: str
+    filename: str
+    source: str
 
 
 class Ranks:
@@ -37,10 +50,16 @@ class Ranks:
     """
 
     def __init__(self, n: int = 2, *, gpu: bool = False, local: bool = False, threads: int | None = None,
-                 timeout: float | None = None, all_ranks: bool = False, data_workers: int | None = None) -> None:
+                 timeout: float | None = None, all_ranks: bool = False, data_workers: int | None = None,
+                 max_restarts: int = 0, checkpoint_dir: str | None = None) -> None:
         self.options = RunOptions(n=n, gpu=gpu, local=local, backend_threads=threads, timeout=timeout,
-                                  all_ranks=all_ranks, keep=True, data_workers=data_workers)
+                                  all_ranks=all_ranks, keep=True, data_workers=data_workers,
+                                  max_restarts=max_restarts, checkpoint_dir=checkpoint_dir)
         self._set: RankSet | None = None
+        self._first: _First | None = None              # the call that started the set (run again on a restart)
+        self._folder: CheckpointFolder | None = None   # where jt.commit writes, for the set's whole life
+        self._restarts = 0
+        self._lost: RunFailed | None = None            # the set broke in a way a restart mends: at the next call
         _live.add(self)
 
     @classmethod
@@ -63,7 +82,8 @@ class Ranks:
 
     @property
     def alive(self) -> bool:
-        return self._up is not None
+        """Up, or lost and to be restarted at the next call (``max_restarts``)."""
+        return self._up is not None or self._lost is not None
 
     @property
     def rank_names(self) -> set[str]:
@@ -89,9 +109,12 @@ class Ranks:
 
     def stop(self) -> bool:
         """Stop the ranks (every process gone, their slots free). False if none were up."""
-        kept, self._set = self._up, None
+        kept, self._set, lost, self._lost = self._up, None, self._lost, None
+        if self._folder is not None:
+            self._folder.remove()
+            self._folder = None
         if kept is None:
-            return False
+            return lost is not None
         kept.close()
         return True
 
@@ -101,11 +124,64 @@ class Ranks:
 
     def execute(self, payload: bytes, options: RunOptions, *, title: str, view: RunView | None = None,
                 filename: str = "<distributed>", source: str = "") -> RunResult:
-        """Run one packed payload as the next cell (starting the ranks first if none are up)."""
+        """Run one packed payload as the next cell (starting the ranks first if none are up, or again if they were
+        lost and ``max_restarts`` allows)."""
         ranks = self._up
+        if ranks is not None and ranks.cells:
+            ranks = self._unless_lost(ranks)
+        if ranks is None and self._lost is not None:
+            ranks = self._restart()
         if ranks is None:
-            ranks = self._set = RankSet(replace(options, keep=True), keep=True)
-        return execute(payload, options, ranks, view or NullView(), filename=filename, source=source, title=title)
+            ranks = self._start(_First(payload, options, title, filename, source))
+        try:
+            return execute(payload, options, ranks, view or NullView(), filename=filename, source=source, title=title)
+        except RunFailed as exc:
+            self._after(exc, ranks)
+            raise
+
+    def _start(self, first: _First) -> RankSet:
+        ranks = self._set = RankSet(replace(self.options, keep=True), keep=True)
+        if self._folder is None:
+            self._folder = CheckpointFolder.for_run(self.options, ranks.info.loopback)
+        ranks.checkpoint, ranks.attempt = self._folder.where, self._restarts + 1
+        self._first = self._first or first
+        return ranks
+
+    def _unless_lost(self, ranks: RankSet) -> RankSet | None:
+        """The set, unless it broke since the last cell: then closed, and restarted now if that is allowed."""
+        lost = ranks.lost_between_cells()
+        if lost is None:
+            return ranks
+        ranks.close()
+        error = RunFailed(f"the kept ranks were lost: {lost.label()} {lost.summary}. Their state is gone; run the "
+                          "cell again to start new kept ranks.", {lost.rank: lost}, self.options.n)
+        self._after(error, ranks)
+        if self._lost is None:
+            raise error
+        return None
+
+    def _after(self, error: RunFailed, ranks: RankSet) -> None:
+        """A failure that broke the set (it closed itself) and that a restart can mend: at the next call."""
+        if ranks.closed and restartable(error) is not None and self._restarts < self.options.max_restarts:
+            self._lost = error
+            error.extra.append(f"--max-restarts: the kept ranks start again from the last commit at the next cell "
+                               f"({self.options.max_restarts - self._restarts} restarts left)")
+
+    def _restart(self) -> RankSet:
+        """New ranks, the call that started the set run again on them (its jt.restore loads the last commit)."""
+        lost, self._lost = self._lost, None
+        assert lost is not None and self._first is not None and self._folder is not None
+        self._restarts += 1
+        step = self._folder.latest()
+        first = self._first
+        ranks = self._start(first)
+        execute(first.payload, first.options, ranks, NullView(), filename=first.filename, source=first.source,
+                title=first.title)
+        root = lost.root
+        print(f"jupyter-torchdist: kept ranks restarted from step {step or 0}; names defined since then are gone "
+              f"(the cell that started them ran again{f' after {root.label()} failed: {root.summary}' if root else ''})"
+              f" - restart {self._restarts} of {self.options.max_restarts}")
+        return ranks
 
 
 _notebook: Ranks | None = None

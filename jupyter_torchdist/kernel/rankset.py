@@ -15,6 +15,7 @@ from .. import contract as C
 from .._versions import local_versions
 from ..channel.server import ChannelServer
 from ..contract import Inbound, LaunchInfo, RunPlan
+from ..errors import RankFailure
 from ..data.service import DataService
 from ..launchers import launcher_for
 from ..launchers.base import Launcher
@@ -132,27 +133,35 @@ class RankSet:
             self.closed = True
 
     # -- between cells and at the end ----------------------------------------------------------------------
-    def lost_between_cells(self) -> str | None:
-        """Drain what came since the last cell; why the set broke meanwhile, or None."""
-        why = None
+    def lost_between_cells(self) -> RankFailure | None:
+        """Drain what came since the last cell; how the set broke meanwhile (the first rank lost), or None."""
+        lost = None
         while True:
             try:
                 ev = self.inbox.get_nowait()
             except queue.Empty:
-                return why or self._silent_since_last_cell(time.time())
+                return lost or self._silent_since_last_cell(time.time())
             if ev.role != C.BACKEND and ev.rank in self.heard:
                 self.heard[ev.rank] = max(self.heard[ev.rank], ev.at)
-            if (ev.role, ev.msg.get("t")) in _BROKEN_BETWEEN and why is None:
-                what = ev.msg.get("summary") or ev.msg.get("signal") or ev.msg.get("code") or ev.msg.get("t")
-                why = f"rank {ev.rank} ended between cells ({what})" if ev.rank >= 0 else "the launcher's job ended"
+            if (ev.role, ev.msg.get("t")) in _BROKEN_BETWEEN and lost is None:
+                lost = self._ended_between_cells(ev)
 
-    def _silent_since_last_cell(self, now: float) -> str | None:
+    def _ended_between_cells(self, ev: Inbound) -> RankFailure:
+        rank, msg = max(ev.rank, 0), ev.msg
+        where, signal = self.hosts.get(rank, ("", None))[0], msg.get("signal")
+        what = msg.get("summary") or signal or msg.get("code") or msg.get("t")
+        if ev.rank < 0:
+            return RankFailure(rank, where, "lost", "the launcher's job ended between cells", "", ev.at)
+        return RankFailure(rank, where, "exit" if msg.get("t") == C.EXIT else "lost", f"ended between cells ({what})",
+                           "", ev.at, signal=signal if isinstance(signal, str) else None)
+
+    def _silent_since_last_cell(self, now: float) -> RankFailure | None:
         """A kept rank whose heartbeat stopped between cells: its host, link or executor is gone."""
         for rank, at in sorted(self.heard.items()):
             if now - at >= SILENCE_S:
                 where = self.hosts.get(rank, ("", None))[0]
-                return (f"rank {rank}{f' on {where}' if where else ''} lost: no word from it for {now - at:.0f} s "
-                        "(its host or its link went away, its executor was killed, or its process is frozen)")
+                return RankFailure(rank, where, "lost", f"lost: no word from it for {now - at:.0f} s (its host or its "
+                                   "link went away, its executor was killed, or its process is frozen)", "", now)
         return None
 
     def close(self, wait_s: float = 10.0) -> None:

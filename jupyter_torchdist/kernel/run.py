@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import DistributeError, RunError
+from ..errors import DistributeError, RunError, RunFailed
 from ..options import RunOptions
 from ..views import NullView, RunView
 from .pickling import pack
@@ -99,11 +99,11 @@ def _values(options: RunOptions, values: dict[int, Any]) -> Any:
 
 def _check_alive(ranks: RankSet) -> None:
     """Kept ranks lost since the last cell: say so (the set is closed), rather than send a cell nobody runs."""
-    why = ranks.lost_between_cells() if ranks.cells else None
-    if why is not None:
+    lost = ranks.lost_between_cells() if ranks.cells else None
+    if lost is not None:
         ranks.close()
-        raise RunError(f"the kept ranks were lost: {why}. Their state is gone; run the cell again to start new "
-                       "kept ranks.", world_size=ranks.options.n)
+        raise RunFailed(f"the kept ranks were lost: {lost.label()} {lost.summary}. Their state is gone; run the cell "
+                        "again to start new kept ranks.", {lost.rank: lost}, ranks.options.n)
 
 
 def execute(payload: bytes, options: RunOptions, ranks: RankSet, view: RunView, *,

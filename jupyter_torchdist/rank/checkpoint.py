@@ -31,9 +31,14 @@ def _state_of(name: str, obj: Any) -> Any:
 
 
 def _load_into(name: str, obj: Any, saved: Any) -> None:
+    import torch
+
     load = getattr(obj, "load_state_dict", None)
     if callable(load):
         load(saved)
+    elif isinstance(obj, torch.Tensor) and isinstance(saved, torch.Tensor):
+        with torch.no_grad():
+            obj.copy_(saved)  # the same tensor object, its values replaced (on its own device)
     elif isinstance(obj, dict) and isinstance(saved, dict):
         obj.clear()
         obj.update(saved)
@@ -44,7 +49,8 @@ def _load_into(name: str, obj: Any, saved: Any) -> None:
         obj.update(saved)
     else:
         raise TypeError(f"jt.restore({name}=...): a {type(obj).__name__} cannot be restored in place; commit it "
-                        f"inside a dict (state={{'{name}': ...}}) or an object with load_state_dict()")
+                        f"inside a dict (state={{'{name}': ...}}), or commit a tensor or an object with "
+                        "load_state_dict()")
 
 
 class Checkpoints:

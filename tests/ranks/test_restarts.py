@@ -136,3 +136,22 @@ def test_a_checkpoint_folder_the_ranks_cannot_write_fails_at_once(tmp_path):
     with pytest.raises(RunFailed, match="cannot write to the checkpoint folder"):
         jt.run(dies, "", n=2, local=True, max_restarts=1, checkpoint_dir=str(blocked / "sub"), timeout=60)
     assert time.monotonic() - began < 30
+
+
+def test_kept_ranks_lost_mid_cell_restart_from_the_last_commit_at_the_next_cell(capsys):
+    with jt.Ranks(n=2, local=True, max_restarts=1) as ranks:
+        ranks.run_cell("import os, signal, torch, torch.distributed as dist\nimport jupyter_torchdist as jt\n"
+                       "w = torch.zeros(2)\nstep = jt.restore(w=w)")
+        ranks.run_cell("for _ in range(3):\n    t = torch.ones(2)\n    dist.all_reduce(t)\n    w += t\n"
+                       "    step += 1\n    jt.commit(step, w=w)\nextra = 'defined after the commit'")
+        with pytest.raises(RunFailed, match="SIGKILL") as info:
+            ranks.run_cell("time = __import__('time')\ntime.sleep(1)\n"
+                           "if dist.get_rank() == 1:\n    os.kill(os.getpid(), signal.SIGKILL)\ndist.barrier()")
+        assert "start again from the last commit at the next cell (1 restarts left)" in info.value.extra[-1]
+        assert ranks.alive
+        value = ranks.run_cell("(step, w.tolist(), 'extra' in globals())")
+        assert value == (3, [6.0, 6.0], False), value  # cell 1 ran again, restoring the commit of step 3
+        assert "kept ranks restarted from step 3; names defined since then are gone" in capsys.readouterr().out
+        with pytest.raises(RunFailed, match="SIGKILL") as info:  # no restarts left: the set is gone
+            ranks.run_cell("if dist.get_rank() == 0:\n    os.kill(os.getpid(), signal.SIGKILL)\ndist.barrier()")
+        assert not ranks.alive
