@@ -18,6 +18,7 @@ from ..gpus import pick_gpu, require_local_gpus
 from ..options import RunOptions
 from . import give_way
 from .base import Capacity, Launcher
+from .spark_master import who_holds_cores
 from .spark_jobs import error_summary, explain_worker_python, held_slots, hold, release, submit_job
 from .spark_security import require_ssl_consent, session_conf
 from .spark_session import conf_of, dynamic_allocation, get_session, slots_available, wait_for_warm_up
@@ -113,12 +114,14 @@ def _wait_for_slots(spark: Any, n: int, wait_s: float) -> None:
                   end="", flush=True)
         time.sleep(0.2)
     print(flush=True)
+    holders = who_holds_cores(sc.master, conf_of(sc), sc.applicationId)
     raise LaunchError(f"-n {n} needs {n} task slots at once, but after waiting {wait_s:g} s this SparkSession "
                       f"({sc.master}) has {slots - held} ({_executors(sc)} executors): the cluster has no free cores "
                       "for this application (other notebooks or applications hold them), or too few executors were "
-                      "granted. Ask for fewer ranks; give this session more (spark.cores.max, spark.executor.cores, "
-                      "spark.executor.instances, or fewer cpus per task: spark.task.cpus); stop idle sessions or kept "
-                      "ranks (%distribute_stop) elsewhere; or wait longer (--wait SECONDS).")
+                      f"granted{f' ({holders})' if holders else ''}. Ask for fewer ranks; give this session more "
+                      "(spark.cores.max, spark.executor.cores, spark.executor.instances, or fewer cpus per task: "
+                      "spark.task.cpus); stop idle sessions or kept ranks (%distribute_stop) elsewhere; or wait longer "
+                      "(--wait SECONDS).")
 
 
 _DYNAMIC_HINT = ("With dynamic allocation Spark asks the cluster for an executor for each waiting rank: the cluster "

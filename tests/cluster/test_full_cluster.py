@@ -3,6 +3,7 @@ master): a notebook whose share is taken by others waits, says so and gives up w
 notebook leaves, its cores go to the waiting one, which starts at once."""
 from __future__ import annotations
 
+import re
 import threading
 import time
 
@@ -26,7 +27,9 @@ def full(tmp_path_factory):
         alice = kernels[0]
         got = alice.execute("import time as _t\nwhile executors() < 2: _t.sleep(0.2)\nprint(executors())", timeout=120)
         assert alice.text(got).strip() == "2", alice.text(got) + c.logs()
-        kernels.append(kernel_on(c, SHARE, name="bob"))
+        ui = re.search(r"MasterWebUI.*started at (http://\S+)", (c.workdir / "master.log").read_text())
+        assert ui, c.logs()
+        kernels.append(kernel_on(c, {**SHARE, "spark.jupyter_torchdist.master.ui": ui[1]}, name="bob"))
         yield c, alice, kernels[1]
     finally:
         for kernel in kernels:
@@ -43,6 +46,7 @@ def test_a_notebook_whose_share_others_hold_waits_then_says_so(full):
     text = bob.text(r)
     assert r["status"] == "error" and "waiting for 2 task slots on spark://" in text, text
     assert "after waiting 4 s" in text and "other notebooks or applications hold them" in text
+    assert "(the master says 2 of its 2 cores are in use; held by alice (root): 2 cores for" in text, text
     assert "spark.cores.max" in text and "%distribute_stop" in text
     assert 4 <= r["seconds"] < 20
     r = bob.execute(f"%%distribute -n 2 --wait 300\n{ALL_REDUCE}", timeout=60, interrupt_after=3)
