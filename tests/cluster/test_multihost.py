@@ -149,23 +149,30 @@ def test_a_slow_link_is_not_a_lost_host(hosts):
     assert r["status"] == "ok" and _values(r) == 32.0, kernel.text(r)
 
 
+TRAINING = ("%%distribute -n 2\nimport torch, torch.distributed as dist, time\nt = torch.ones(1)\n"
+            "for _ in range(600):\n    dist.all_reduce(t)\n    time.sleep(0.1)")
+
+
+def _fault_while_training(kernel: Kernel, after_s: float, fault) -> tuple[dict, str, float]:
+    """Run a 60 s all_reduce loop, cause ``fault`` ``after_s`` into it (test-side: training for a while first);
+    the cell's reply, its text, and the seconds from the fault to the reply."""
+    done: dict[str, dict] = {}
+    thread = threading.Thread(target=lambda: done.update(r=kernel.execute(TRAINING, timeout=240)))
+    thread.start()
+    time.sleep(after_s)
+    fault()
+    at = time.monotonic()
+    thread.join()
+    return done["r"], kernel.text(done["r"]), time.monotonic() - at
+
+
 def test_a_lost_host_is_named_within_20_s_and_the_kernel_stays_usable(hosts):
     made, kernel, layout = hosts
     if layout != "debian":
         pytest.skip("one layout is enough for a lost host (it ends this module's cluster)")
     r = kernel.execute(f"%%distribute -n 2 --keep --all-ranks\n{ALL_REDUCE}", timeout=180)  # a slot on each host
     assert r["status"] == "ok" and sorted(h for h, _ in _values(r)) == ["tdh1", "tdh2"], kernel.text(r)
-    done: dict[str, dict] = {}
-    cell = ("%%distribute -n 2\nimport torch, torch.distributed as dist, time\nt = torch.ones(1)\n"
-            "for _ in range(600):\n    dist.all_reduce(t)\n    time.sleep(0.1)")
-    thread = threading.Thread(target=lambda: done.update(r=kernel.execute(cell, timeout=240)))
-    thread.start()
-    time.sleep(12)  # test-side: training for a while before the host goes
-    link_down(made, 1)
-    lost_at = time.monotonic()
-    thread.join()
-    named = time.monotonic() - lost_at
-    r, text = done["r"], kernel.text(done["r"])
+    r, text, named = _fault_while_training(kernel, 12, lambda: link_down(made, 1))
     assert r["status"] == "error", text
     lost = re.search(r"rank (\d) on tdh2 \(198\.18\.0\.12\) failed first: lost: no word from it for", text)
     assert lost, text  # whichever rank Spark placed on the lost host
@@ -187,17 +194,7 @@ def test_a_worker_killed_mid_run_is_named_with_its_host(hosts):
     made, kernel, layout = hosts
     if layout != "debian":
         pytest.skip("one layout is enough for a killed worker (after the lost host: both ranks on tdh1)")
-    done: dict[str, dict] = {}
-    cell = ("%%distribute -n 2\nimport torch, torch.distributed as dist, time\nt = torch.ones(1)\n"
-            "for _ in range(600):\n    dist.all_reduce(t)\n    time.sleep(0.1)")
-    thread = threading.Thread(target=lambda: done.update(r=kernel.execute(cell, timeout=240)))
-    thread.start()
-    time.sleep(8)  # test-side: training for a while before the worker goes
-    kill_worker(made, 0)
-    killed_at = time.monotonic()
-    thread.join()
-    named = time.monotonic() - killed_at
-    r, text = done["r"], kernel.text(done["r"])
+    r, text, named = _fault_while_training(kernel, 8, lambda: kill_worker(made, 0))
     assert r["status"] == "error" and re.search(r"rank \d on tdh1 \(198\.18\.0\.11\) failed first", text), text
     print(f"[{layout}] killed worker named {named:.1f} s after it died")
     assert named < 20
