@@ -38,6 +38,7 @@ class RunOptions:
     wait: float = DEFAULT_WAIT_S  # on a cluster, how long to wait for enough task slots (executors still coming)
     max_restarts: int = 0         # start the run again this many times after a failure from outside its code
     checkpoint_dir: str | None = None  # where jt.commit writes (default: a folder of the kernel's, ranks on its host)
+    spark_tasks: bool = False     # the ranks must be Spark tasks (TorchDistributor(local_mode=False), horovod.spark)
 
     def __post_init__(self) -> None:
         if not _whole(self.n) or self.n < 1:

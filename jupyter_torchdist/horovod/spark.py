@@ -87,7 +87,7 @@ def _default_num_proc() -> int:
     from ..launchers import launcher_for
     from ..options import RunOptions
 
-    capacity = launcher_for(RunOptions(n=1, all_ranks=True)).capacity()
+    capacity = launcher_for(RunOptions(n=1, all_ranks=True, spark_tasks=True)).capacity()
     parallelism, slots = capacity.default_ranks, capacity.slots
     if slots is not None and parallelism > slots:
         raise LaunchError(f"num_proc=None means Spark's default parallelism, {parallelism} here, but "
@@ -133,7 +133,7 @@ def run(fn: Callable[..., Any], args: tuple[Any, ...] = (), kwargs: dict[str, An
         raise ValueError(f"num_proc must be a whole number of ranks >= 1 (or None for Spark's default "
                          f"parallelism), got {num_proc!r}")
     n = _default_num_proc() if num_proc is None else num_proc
-    options = RunOptions(n=n, all_ranks=True)
+    options = RunOptions(n=n, all_ranks=True, spark_tasks=True)
     target = _WithEnv(fn, extra_env) if extra_env else fn
     name = getattr(fn, "__name__", "fn")
     work = Work(target, tuple(args), dict(kwargs or {}), title=f"horovod.spark.run({name}) on {n}")

@@ -42,7 +42,8 @@ def _differs(info: KeptInfo, options: RunOptions) -> str | None:
     if options.gpu != info.gpu:
         return "this cell " + ("asks for --gpu" if options.gpu else "runs without --gpu")
     backend = backend_for(options).name
-    if backend != info.backend_name:
+    if backend != info.backend_name and "warming" not in (backend, info.backend_name):  # started on this machine
+        # while the embedded session started: they stay where they are, as kept ranks on the embedded session do
         return f"this cell runs on the {backend} backend, the kept ranks on the {info.backend_name} backend"
     return None
 

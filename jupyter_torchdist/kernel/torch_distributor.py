@@ -271,7 +271,8 @@ class TorchDistributor:
         else:
             raise TypeError(f"train_object must be a function or a path to a script, not {type(train_object).__name__}")
         self._check_gpus_per_task()
-        options = RunOptions(n=self.num_processes, gpu=self.use_gpu, local=self.local_mode)  # --wait's default
+        options = RunOptions(n=self.num_processes, gpu=self.use_gpu, local=self.local_mode,  # --wait's default
+                             spark_tasks=not self.local_mode)
         try:
             self.last_result = launch(Work(fn, tuple(args), kwargs, title=f"{title} on {self.num_processes}"),
                                       options, make_view(_shell()))

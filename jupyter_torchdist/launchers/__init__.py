@@ -25,7 +25,14 @@ def _connect(options: RunOptions) -> bool:
     return not options.local and connect_session() is not None
 
 
+def _warming(options: RunOptions) -> bool:
+    from .spark_session import warming  # imports nothing heavy; pyspark only if it is loaded already
+
+    return not (options.local or options.spark_tasks) and warming() and not _connect(options)
+
+
 register("local", "jupyter_torchdist.launchers.local:LocalLauncher", _local, priority=100)
+register("warming", "jupyter_torchdist.launchers.warming:WarmingLauncher", _warming, priority=50)
 register("connect", "jupyter_torchdist.launchers.connect:ConnectLauncher", _connect, priority=0)
 register("spark", "jupyter_torchdist.launchers.spark:SparkLauncher", lambda options: True, priority=-100)
 
@@ -51,13 +58,27 @@ def on_load(warm: bool) -> None:
     if not warm or connect_session() is not None:
         return
     from . import give_way
+    from .local_server import get_zygote
     from .spark_session import warm_up_async
 
     try:
         give_way.install()
     except ImportError:
         return  # no pyspark: --local still works
-    warm_up_async()
+    zygote = get_zygote()  # the first cells run on it while the JVM starts (launchers.warming)
+    warm_up_async(before=lambda: zygote.ready.wait(ZYGOTE_FIRST_S), after=lambda: _idle_zygote_goes(zygote))
+
+
+ZYGOTE_FIRST_S = 10.0  # the JVM waits this long at most for the zygote: on two cores they would slow each other
+
+
+def _idle_zygote_goes(zygote: Any) -> None:
+    """Once the session is warm, the zygote the warm-up started goes unless a run uses it or asked for it."""
+    from .local_server import stop_zygote, zygote_if_running
+
+    running = zygote_if_running()
+    if running is not None and running is zygote and not running.busy() and not running.asked:
+        stop_zygote()
 
 
 def on_unload() -> None:

@@ -30,6 +30,7 @@ class LocalLauncher(Launcher):
     """N ranks on this machine, forked from the zygote; same contract as the Spark backend."""
 
     name = "local"
+    label = "local"
 
     def __init__(self) -> None:
         self._gpus: list[str] | None = None
@@ -47,7 +48,7 @@ class LocalLauncher(Launcher):
                                   "(a CPU-only build, or no driver). Drop --gpu to train on the CPU.")
             self._gpus = gpus
         # loopback only, so TLS matters little here; honoured all the same when the environment asks for it
-        return LaunchInfo(label="local", channel_host="127.0.0.1", loopback=True,
+        return LaunchInfo(label=self.label, channel_host="127.0.0.1", loopback=True,
                           channel_tls=tls_requested(lambda key: None), watcher="the local agent process",
                           lost_hint="The kernel's stderr may say why.")
 
@@ -74,6 +75,7 @@ class LocalLauncher(Launcher):
                 finish("; ".join(bad) + " (see the kernel's stderr)" if bad else None)
 
         zygote = self._zygote = get_zygote()
+        zygote.asked = zygote.asked or self.name == "local"
         if not zygote.register(key, on_event):
             finish(zygote.dead)
             return

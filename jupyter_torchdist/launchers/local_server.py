@@ -28,7 +28,7 @@ from typing import Any
 from ..contract import RunPlan
 from ..rank.forking import RankProcess, describe_status, fork_rank
 
-__all__ = ["Zygote", "zygote_main", "get_zygote", "stop_zygote", "zygote_pid"]
+__all__ = ["Zygote", "zygote_main", "get_zygote", "stop_zygote", "zygote_pid", "zygote_if_running"]
 
 _BOOT = "from jupyter_torchdist.launchers.local_server import zygote_main; zygote_main({fd})"
 
@@ -85,6 +85,7 @@ def zygote_main(fd: int) -> None:
     except BaseException:
         conn.send(("fatal", traceback.format_exc()))
         return
+    conn.send(("ready", ""))
     agents: dict[RankProcess, tuple[str, int]] = {}  # RankProcess -> (run key, rank)
     try:
         _serve(conn, fd, agents)
@@ -133,6 +134,8 @@ class Zygote:
         self._handlers: dict[str, Callable[[tuple[Any, ...]], None]] = {}
         self._lock = threading.Lock()
         self.dead: str | None = None
+        self.ready = threading.Event()  # torch and the rank runtime imported: a run starts at once
+        self.asked = False              # an explicit --local run used it (so it is kept when idle)
         self._fatal = ""
         threading.Thread(target=self._write, name="jtd-zygote-send", daemon=True).start()
         self._reader = threading.Thread(target=self._read, name="jtd-zygote-recv", daemon=True)
@@ -168,6 +171,9 @@ class Zygote:
             if msg[0] == "fatal":
                 self._fatal = msg[1]
                 continue
+            if msg[0] == "ready":
+                self.ready.set()
+                continue
             with self._lock:
                 handler = self._handlers.get(msg[1])
             if handler is not None:
@@ -179,10 +185,16 @@ class Zygote:
             self.dead = reason
             handlers = list(self._handlers.values())
             self._handlers.clear()
+        self.ready.set()  # nobody waits for a zygote that is gone
         self._outbox.put(None)
         self.conn.close()
         for handler in handlers:
             handler(("lost", "", reason))
+
+    def busy(self) -> bool:
+        """Ranks it forked are running (a run, or kept ranks)."""
+        with self._lock:
+            return bool(self._handlers)
 
     def close(self) -> None:
         """Stop the zygote (its agents and ranks die with it) and wait for it."""
@@ -209,6 +221,10 @@ def zygote_pid() -> int | None:
     """The pid of this process's zygote, if one is running (for tests and diagnostics)."""
     z = _zygote
     return z.proc.pid if z is not None and z.dead is None else None
+
+
+def zygote_if_running() -> Zygote | None:
+    return _zygote if _zygote is not None and _zygote.dead is None else None
 
 
 def stop_zygote() -> None:

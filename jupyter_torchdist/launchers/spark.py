@@ -114,7 +114,8 @@ def _wait_for_slots(spark: Any, n: int, wait_s: float) -> None:
                   end="", flush=True)
         time.sleep(0.2)
     print(flush=True)
-    holders = who_holds_cores(sc.master, conf_of(sc), sc.applicationId)
+    holders = (who_holds_cores(sc.master, conf_of(sc), getattr(sc, "applicationId", None))
+               if sc.master.startswith("spark://") else None)  # a standalone master's own view
     raise LaunchError(f"-n {n} needs {n} task slots at once, but after waiting {wait_s:g} s this SparkSession "
                       f"({sc.master}) has {slots - held} ({_executors(sc)} executors): the cluster has no free cores "
                       "for this application (other notebooks or applications hold them), or too few executors were "

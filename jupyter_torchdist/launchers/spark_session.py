@@ -14,11 +14,12 @@ import subprocess
 import sys
 import tempfile
 import threading
+from collections.abc import Callable
 from typing import Any, Final
 
 __all__ = ["get_session", "dynamic_allocation", "embedded_session", "local_slots", "stop_embedded_session",
            "warm_up_async", "activate", "activate_embedded", "slots_available", "conf_of", "session_log",
-           "embedded_slots", "SLOTS_ENV", "DAEMON_MODULE"]
+           "embedded_slots", "warming", "wait_for_warm_up", "SLOTS_ENV", "DAEMON_MODULE"]
 
 DAEMON_MODULE: Final = "jupyter_torchdist._daemon"
 SLOTS_ENV: Final = "JUPYTER_TORCHDIST_SPARK_SLOTS"
@@ -227,23 +228,47 @@ def _warm_task(_: Any) -> Any:
     yield os.getpid()
 
 
-def warm_up_async() -> threading.Thread:
-    """Start the session and a few Python workers in the background, so the first run is fast."""
+def warm_up_async(before: Callable[[], object] | None = None,
+                  after: Callable[[], object] | None = None) -> threading.Thread:
+    """Start the session and a few Python workers in the background, so the first run is fast. ``before`` runs
+    first on the same thread (what the first cells need sooner), ``after`` once the session is warm."""
     global _warm_thread
 
     def warm() -> None:
         try:
+            if before is not None:
+                before()
             spark, _ = get_session()
             n = min(WARM_WORKERS, slots_available(spark))
             spark.sparkContext.parallelize(range(n), n).mapPartitions(_warm_task).collect()
         except Exception:
             pass  # the run itself will say what is wrong
+        finally:
+            if after is not None:
+                after()
 
     with _session_lock:
         if _warm_thread is None or not _warm_thread.is_alive():
             _warm_thread = threading.Thread(target=warm, name="jtd-warmup", daemon=True)
             _warm_thread.start()
         return _warm_thread
+
+
+def warming() -> bool:
+    """The embedded session is still starting in the background and the notebook has no session of its own: a run
+    on this machine need not wait for it (``launchers.warming``). Cheap; imports nothing."""
+    thread = _warm_thread
+    if thread is None or not thread.is_alive() or thread is threading.current_thread():
+        return False
+    if "pyspark.sql" not in sys.modules:
+        return True
+    from pyspark.sql import SparkSession
+
+    try:
+        active = SparkSession.getActiveSession()
+    except Exception:
+        return True  # the JVM is still starting
+    return active is None or active is _embedded
 
 
 def wait_for_warm_up() -> None:

@@ -221,7 +221,7 @@ def test_run_uses_the_default_wait_for_task_slots(no_session, monkeypatch):
     monkeypatch.setattr(td, "launch", lambda work, options, view: seen.append(options) or
                         types.SimpleNamespace(value=7))
     assert TorchDistributor(3, False, False).run(len, [1]) == 7
-    assert seen == [RunOptions(n=3, gpu=False, local=False)] and seen[0].wait == DEFAULT_WAIT_S > 0
+    assert seen == [RunOptions(n=3, gpu=False, local=False, spark_tasks=True)] and seen[0].wait == DEFAULT_WAIT_S > 0
 
 
 def test_run_refuses_several_gpus_per_task_before_launching(session, monkeypatch):

@@ -1,0 +1,24 @@
+"""Unit: which runs go to local processes while the embedded session starts (launchers.warming)."""
+from __future__ import annotations
+
+import threading
+
+from jupyter_torchdist.launchers import backend_for
+from jupyter_torchdist.launchers import spark_session
+from jupyter_torchdist.options import RunOptions
+
+
+def test_only_runs_that_need_nothing_of_spark_go_local_and_only_while_it_starts(monkeypatch):
+    release = threading.Event()
+    warm = threading.Thread(target=release.wait, daemon=True)
+    warm.start()
+    monkeypatch.setattr(spark_session, "_warm_thread", warm)
+    monkeypatch.setattr(spark_session, "warming", spark_session.warming)
+    try:
+        assert backend_for(RunOptions(n=2)).name == "warming"
+        assert backend_for(RunOptions(n=2, local=True)).name == "local"
+        assert backend_for(RunOptions(n=2, spark_tasks=True)).name != "warming"  # TorchDistributor on Spark waits
+    finally:
+        release.set()
+        warm.join()
+    assert backend_for(RunOptions(n=2)).name != "warming"  # the session is up (or failed): runs go to it
