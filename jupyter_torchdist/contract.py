@@ -23,6 +23,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, NoReturn, TypedDict, Union, get_args, get_type_hints
 
+from .contract_debug import (PDB, PDB_REPLY, PLACE, WHERE, WHERE_WANTED, FrameInfo, PdbKind, PdbMsg,  # stacks, pdb
+                             PdbReplyMsg, PlaceMsg, WhereMsg, WhereWantedMsg)
+
 __all__ = [
     "RANK", "AGENT", "BACKEND", "Role",
     "HELLO", "STATE", "PROGRESS", "LOG", "RESULT", "FAILED", "DROPPED", "USAGE", "DATA_OPEN", "DATA_DONE",
@@ -36,6 +39,8 @@ __all__ = [
     "DataReply", "ToRank", "ToAgent", "OutboundMessage", "unhandled",
     "RANK_SENDS", "AGENT_SENDS", "CHANNEL_SAYS", "BACKEND_SAYS", "INBOUND", "SENDS",
     "TLSPin", "RunPlan", "LaunchInfo", "Inbound",
+    "PLACE", "PDB", "WHERE", "PDB_REPLY", "WHERE_WANTED", "FrameInfo", "PlaceMsg", "PdbMsg", "WhereMsg", "PdbReplyMsg",
+    "WhereWantedMsg", "PdbKind",
 ]
 
 # -- roles: who a message comes from ------------------------------------------------------------------
@@ -160,6 +165,8 @@ class UsageMsg(_Usage, total=False):
     wait_s: float             # time spent waiting in batches() this cell (the next three: once batches() ran)
     data_s: float             # time since this cell's first batches() step was asked for
     rows: int                 # rows batches() has handed to the training loop this cell
+    collective: str           # the torch.distributed call the main thread is in now (absent: none)
+    collective_s: float       # ... and how long it has been in it
 
 
 class DataOpenMsg(TypedDict):
@@ -252,7 +259,7 @@ class ReleaseMsg(TypedDict):
     t: Literal["release"]
 
 
-class CellMsg(TypedDict):
+class _Cell(TypedDict):
     t: Literal["cell"]
     cell: int             # kept ranks count their cells from 1 (the payload that started them)
     payload: bytes        # cloudpickle of a rank.kept.KeptCell or KeptCall
@@ -260,6 +267,10 @@ class CellMsg(TypedDict):
     source: str
     all_ranks: bool
     max_value_bytes: int
+
+
+class CellMsg(_Cell, total=False):
+    post_mortem: bool     # --pdb: a failing rank offers the kernel its post-mortem
 
 
 class DataPlanMsg(TypedDict):
@@ -290,14 +301,14 @@ class InterruptMsg(TypedDict):
 
 # -- who sends what ----------------------------------------------------------------------------------------
 RankMessage = Union[HelloMsg, StateMsg, ProgressMsg, LogMsg, ResultMsg, FailedMsg, DroppedMsg, UsageMsg,
-                    DataOpenMsg, DataDoneMsg]
+                    DataOpenMsg, DataDoneMsg, PlaceMsg, PdbMsg]
 FinalMessage = Union[ResultMsg, FailedMsg]  # how a rank's cell ended
 AgentMessage = Union[AgentHelloMsg, ExitMsg]
 ChannelNotice = Union[ConnectedMsg, DisconnectedMsg]        # said for a rank's and an agent's connection alike
-BackendMessage = Union[LostMsg, StoppedMsg, JobEndMsg, DataStatusMsg]
+BackendMessage = Union[LostMsg, StoppedMsg, JobEndMsg, DataStatusMsg, WhereWantedMsg]
 InboundMessage = Union[RankMessage, AgentMessage, ChannelNotice, BackendMessage]
 DataReply = Union[DataPlanMsg, DataErrorMsg]                # what answers a rank's DATA_OPEN
-ToRank = Union[RendezvousMsg, ReleaseMsg, CellMsg, DataReply]
+ToRank = Union[RendezvousMsg, ReleaseMsg, CellMsg, DataReply, WhereMsg, PdbReplyMsg]
 ToAgent = Union[StopMsg, InterruptMsg]
 OutboundMessage = Union[ToRank, ToAgent]
 
@@ -341,6 +352,7 @@ class RunPlan:
     probe_s: float | None = None  # the tasks first check they reach the channel (this long) and agree on a mode
     offline: bool = False      # the tasks cannot reach the kernel: rank 0's task relays (launchers/relay.py)
     versions: tuple[tuple[str, str], ...] = ()  # the kernel's Python and packages a rank's must match (_versions)
+    post_mortem: bool = False  # --pdb: a failing rank offers the kernel its post-mortem before it reports
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 DEFAULT_MAX_PAYLOAD_MB = 512.0
 DEFAULT_MAX_VALUE_MB = 512.0
 DEFAULT_WAIT_S = 120.0
+DEFAULT_STALL_AFTER_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,8 @@ class RunOptions:
     data_workers: int | None = None  # Spark tasks making batches() data (default: the slots beyond the ranks')
     n_explicit: bool = True  # -n was given (a --keep cell without -n runs on the kept ranks, however many)
     wait: float = DEFAULT_WAIT_S  # on a cluster, how long to wait for enough task slots (executors still coming)
+    stall_after: float = DEFAULT_STALL_AFTER_S  # no progress, a rank this long in a collective: stalled (0: never)
+    pdb: bool = False        # the root-cause rank's post-mortem in the notebook before the run fails
 
     def __post_init__(self) -> None:
         if not _whole(self.n) or self.n < 1:
@@ -54,6 +57,7 @@ class RunOptions:
         if not (_finite_positive(self.wait) or self.wait == 0) or isinstance(self.wait, bool):
             raise OptionsError(f"--wait must be a number of seconds >= 0 (e.g. --wait 300; 0 fails at once when the "
                                f"session has too few task slots), got {self.wait!r}")
+        _check_debug(self)
         if not _finite_positive(self.max_payload_mb):
             raise OptionsError(f"--max-payload-mb must be a number of megabytes > 0 (e.g. --max-payload-mb 1024), "
                                f"got {self.max_payload_mb!r}")
@@ -75,7 +79,18 @@ class RunOptions:
             "n": self.n, "gpu": self.gpu, "output": self.output, "timeout": self.timeout,
             "local": self.local, "all_ranks": self.all_ranks, "keep": self.keep,
             "data_workers": self.data_workers, "script": list(self.script) or None,
+            **({"pdb": True} if self.pdb else {}),
+            **({"stall_after": self.stall_after} if self.stall_after != DEFAULT_STALL_AFTER_S else {}),
         }
+
+
+def _check_debug(options: RunOptions) -> None:
+    """The debugging options (the README's Debugging section)."""
+    if not (_finite_positive(options.stall_after) or options.stall_after == 0) or isinstance(options.stall_after, bool):
+        raise OptionsError(f"--stall-after must be a number of seconds >= 0 (e.g. --stall-after 60; 0: never say a "
+                           f"run is stalled), got {options.stall_after!r}")
+    if not isinstance(options.pdb, bool):
+        raise OptionsError(f"--pdb is a switch, got {options.pdb!r}")
 
 
 def _whole(value: object) -> bool:
@@ -168,6 +183,13 @@ def _build_parser(prog: str) -> _Parser:
     p.add_argument("--keep", action="store_true",
                    help="(cells) run on kept ranks: started by the first such cell, they keep their state (names "
                         "the cell assigns, the process group) for the next --keep cell; %%distribute_stop ends them")
+    p.add_argument("--stall-after", type=_positive_number, default=DEFAULT_STALL_AFTER_S, metavar="SECONDS",
+                   help=f"when no rank has made progress and one has waited in a collective for SECONDS, the live "
+                        f"view says the run is stalled and shows where each rank is (default "
+                        f"{DEFAULT_STALL_AFTER_S:g}; 0: never)")
+    p.add_argument("--pdb", action="store_true",
+                   help="when a rank raises, open its post-mortem (pdb) in the notebook before the run fails; the "
+                        "other ranks are held meanwhile")
     p.add_argument("script", nargs=argparse.REMAINDER,
                    help="a script and its arguments, run as torchrun would (the line magic and the command line)")
     return p

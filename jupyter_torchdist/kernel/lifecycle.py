@@ -12,6 +12,7 @@ from typing import Any, Final
 
 from ..errors import RankFailure, RunError, RunFailed, RunInterrupted, RunTimeout, root_cause
 from .rank_state import FINAL, RankState
+from .stall import RunDebug
 from .usage import DataStats, data_over, input_notice
 
 __all__ = ["RunLifecycle", "STOP_REASONS"]
@@ -41,6 +42,7 @@ class RunLifecycle:
     start_by: float | None = None    # ranks started one by one (dynamic allocation): all must say hello by then
     start_hint: str = ""             # ... and what to do when they do not
     data: DataStats = field(default_factory=DataStats)
+    debug: RunDebug = field(default_factory=RunDebug)  # the stall rule, pdb's quit (stall.py)
 
     def __post_init__(self) -> None:
         if not self.ranks:
