@@ -126,10 +126,14 @@ def describe(d: RankDebug, state: str) -> str | None:
     return f"running{at}" if at else "running"
 
 
+_SILENT: Final = "did not say (no answer within a second: it may hold the GIL in native code, or its process is gone)"
+
+
 def place_snapshot(d: RankDebug, state: str, now: float) -> PlaceSnapshot | None:
-    summary = describe(d, state)
-    if summary is None:
+    """The rank's place for the views, once it was asked (or paused in pdb); None before."""
+    if d.frames is None and d.paused is None and d.asked_at is None:
         return None
+    summary = describe(d, state) or _SILENT
     age = None if d.place_at is None else round(max(0.0, now - d.place_at), 1)
     return {"summary": summary, "frames": list(d.frames or []), "age_s": age}
 
@@ -138,10 +142,7 @@ def where_lines(ranks: Sequence[RankLike], frames: int = 3) -> list[str]:
     """Each rank's place as the error says it: its line, then its innermost user frames with their code."""
     lines = []
     for r in ranks:
-        said = describe(r.debug, r.state)
-        if said is None:
-            said = "never started" if r.state == "pending" else "did not say (no answer within a second: it may " \
-                   "hold the GIL in native code, or its process is gone)"
+        said = describe(r.debug, r.state) or ("never started" if r.state == "pending" else _SILENT)
         lines.append(f"  rank {r.rank}: {said}")
         if r.state not in ("done", "failed"):
             lines += [f"      {f['where']}: {f['code']}" for f in user_frames(r.debug.frames or [])[-frames:]]

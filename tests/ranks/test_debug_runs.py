@@ -82,3 +82,29 @@ def test_a_stall_is_said_within_the_threshold_and_the_run_goes_on():
     assert "rank 0: waiting in all_reduce at test_debug_runs.py line" in text
     assert out.first("timed out after 14 s") > said + 5, "the stall notice did not stop the run"
     assert all_gone([r.pid for r in info.value.result.state.ranks])
+
+
+SCRIPT = """\
+import time
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+t = torch.ones(1)
+if dist.get_rank() == 0:
+    dist.all_reduce(t)
+else:
+    time.sleep(120)
+"""
+
+
+def test_a_scripts_ranks_say_where_they_were_by_file_and_line(tmp_path):
+    from jupyter_torchdist.kernel.script import script_function
+
+    (tmp_path / "train.py").write_text(SCRIPT)
+    work = Work(script_function([str(tmp_path / "train.py")]), title="script train.py", filename="<script>")
+    with pytest.raises(RunTimeout) as info:
+        launch(work, RunOptions(n=2, local=True, timeout=12.0, quiet=True, script=(str(tmp_path / "train.py"),)))
+    text = "\n".join(info.value._render_traceback_())
+    assert "rank 0: waiting in all_reduce at train.py line 8 for " in text, text
+    assert "rank 1: in time.sleep at train.py line 10" in text and "train.py line 10: time.sleep(120)" in text

@@ -134,3 +134,11 @@ def test_a_pdb_prompt_pauses_the_rank_until_its_end():
     assert st.snapshot()["ranks"][1]["paused"] == "post-mortem"
     st.apply(1, "rank", {"t": C.PDB, "kind": "end", "text": "", "at": 102.0}, 102.0)
     assert st.snapshot()["ranks"][1]["paused"] is None
+
+
+def test_a_rank_never_asked_has_no_place_in_the_views():
+    st = _running(2)
+    st.apply(0, "rank", {"t": C.RESULT, "value": None, "repr": None, "at": 101.0}, 101.0)
+    assert [r["place"] for r in st.snapshot()["ranks"]] == [None, None], "a run nobody asked about shows no places"
+    st.ranks[1].debug.asked_at = 102.0
+    assert st.snapshot()["ranks"][1]["place"]["summary"].startswith("did not say")
