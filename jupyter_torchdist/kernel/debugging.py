@@ -74,6 +74,7 @@ class Debugging:
         self.capturing = False                # asking where the ranks are before a stop
         self.asked_at: float | None = None
         self.no_stdin: str | None = None      # why prompts could not be answered here
+        self.ended_by_us: set[int] = set()    # ranks whose pdb the kernel told "no more input" (a stop, not a q)
         _latest.run = weakref.ref(self)
 
     def holding(self) -> bool:
@@ -93,7 +94,7 @@ class Debugging:
                 self._offer(ev.rank, msg)
             elif kind == "end" and self.post_mortem == ev.rank:
                 self.post_mortem = None
-            elif kind == "quit":
+            elif kind == "quit" and ev.rank not in self.ended_by_us:
                 self.sup.state.debug.quit_rank = ev.rank
                 self.sup.stop("interrupted")
 
@@ -136,15 +137,11 @@ class Debugging:
         while self.prompts:
             rank, msg = self.prompts.popleft()
             if self.sup.stop_at is not None or self.sup.state.ranks[rank].ended:
-                self._answer(rank, None)  # the run is ending: pdb reads the end of its input
+                self._answer(rank, None, ours=True)  # the run is ending: pdb reads the end of its input
                 continue
             self.sup.draw(time.time())  # the view shows the rank paused while the notebook asks
-            try:
-                line = self._read(rank, msg)
-            except KeyboardInterrupt:
-                self._answer(rank, None)
-                raise
-            self._answer(rank, line)
+            line = self._read(rank, msg)  # an interrupt here stops the run: the rank's pdb is left waiting (stopped
+            self._answer(rank, line)      # with it, or interrupted on kept ranks), so its quit is no failure
             self._catch_up()
 
     def _read(self, rank: int, msg: C.PdbMsg) -> str | None:
@@ -164,7 +161,9 @@ class Debugging:
             print(f"rank {rank} is in pdb, but {self.no_stdin}: pdb was told there is no more input.", flush=True)
             return None
 
-    def _answer(self, rank: int, line: str | None) -> None:
+    def _answer(self, rank: int, line: str | None, *, ours: bool = False) -> None:
+        if ours:
+            self.ended_by_us.add(rank)
         self.sup.server.send(rank, C.RANK, {"t": C.PDB_REPLY, "line": line})
         self.sup.state.ranks[rank].debug.paused = None
         self.sup.dirty = True

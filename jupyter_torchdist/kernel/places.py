@@ -110,10 +110,12 @@ def describe(d: RankDebug, state: str) -> str | None:
     """One line for where the rank is (its latest PLACE), or None when it never said."""
     if state in ("done", "failed"):
         return "done: its cell had ended" if state == "done" else "failed (see its error)"
-    if d.paused is not None:
-        inner = _innermost(d.frames or [])
+    frames = d.frames or []
+    in_pdb = bool(frames) and frames[-1]["library"] > 0 and frames[-1]["name"] == "pdb_reply"  # rank/link.py's wait
+    if d.paused is not None or in_pdb:
+        inner = _innermost(frames)
         where = f" at {inner['where']}" if inner else ""
-        return f"paused in {'pdb' if d.paused == 'pdb' else 'a post-mortem'}{where}"
+        return f"paused in {'a post-mortem' if d.paused == 'post-mortem' else 'pdb'}{where}"
     if d.frames is None:
         return None
     inner = _innermost(d.frames)

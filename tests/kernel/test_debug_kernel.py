@@ -92,6 +92,15 @@ def test_q_in_pdb_ends_the_run_cleanly(kernel: Kernel):
     assert kernel.execute("print(6 * 7)")["status"] == "ok"
 
 
+def test_an_interrupt_while_a_prompt_waits_stops_the_run_as_an_interrupt(kernel: Kernel):
+    r = kernel.execute(BREAK, answers=lambda prompt: None, interrupt_after=12.0, timeout=120)
+    text = kernel.text(r)
+    assert r["error"]["ename"] == "RunInterrupted" and r["prompts"] == ["rank 1 (Pdb) "], text
+    assert "interrupted: every rank was stopped" in text and "quit its debugger" not in text, text
+    assert "rank 1: paused in pdb at cell line 6" in text or "rank 1: in " in text, text
+    assert kernel.execute("print(6 * 7)")["status"] == "ok"
+
+
 def test_pdb_opens_the_post_mortem_of_the_failing_rank_then_fails_with_the_root_cause(kernel: Kernel):
     r = kernel.execute(ZERO, answers=["p d", "q"], timeout=120)
     assert r["prompts"] == ["rank 1 (Pdb) "] * 2

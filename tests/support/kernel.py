@@ -12,7 +12,8 @@ from jupyter_client.manager import KernelManager
 
 from .procs import descendants_of
 
-Answers = Union[Callable[[str], str], list[str]]  # what a test types at input() prompts: a function, or lines
+# What a test types at input() prompts: a function of the prompt (None: leave it unanswered), or the lines in order
+Answers = Union[Callable[[str], Union[str, None]], list[str]]
 Watch = Callable[[dict[str, Any]], None]
 
 
@@ -91,7 +92,8 @@ class Kernel:
         prompt = msg["content"]["prompt"]
         prompts.append(prompt)
         line = answers(prompt) if callable(answers) else (answers.pop(0) if answers else "")
-        self.kc.input(line)
+        if line is not None:
+            self.kc.input(line)
 
     def text(self, result: dict[str, Any]) -> str:
         """Everything a user would read: streams, plain-text data, error tracebacks."""

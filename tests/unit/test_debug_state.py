@@ -142,3 +142,10 @@ def test_a_rank_never_asked_has_no_place_in_the_views():
     assert [r["place"] for r in st.snapshot()["ranks"]] == [None, None], "a run nobody asked about shows no places"
     st.ranks[1].debug.asked_at = 102.0
     assert st.snapshot()["ranks"][1]["place"]["summary"].startswith("did not say")
+
+
+def test_a_rank_whose_stack_waits_for_pdbs_next_line_reads_as_paused():
+    st = _running(1)
+    waiting = {"where": "rank/link.py line 50", "name": "pdb_reply", "code": "", "call": "", "library": 9}
+    _place(st, 0, [dict(SLEEP, code="v = 2", call=""), waiting], 101.0)
+    assert st.snapshot()["ranks"][0]["place"]["summary"] == "paused in pdb at cell line 6"
