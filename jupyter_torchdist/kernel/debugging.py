@@ -25,12 +25,12 @@ from typing import Any, Final, Protocol
 from .. import contract as C
 from ..contract import Inbound
 from ..errors import RunError, RunInterrupted, RunTimeout, is_secondary
-from .places import where_lines
+from .places import ANSWER_S, where_lines
 from .stall import stalled
 
 __all__ = ["Debugging", "want_stacks", "PLACE_WAIT_S", "STALL_REFRESH_S"]
 
-PLACE_WAIT_S: Final = 1.0       # before a stop: how long the ranks get to say where they are
+PLACE_WAIT_S: Final = ANSWER_S  # before a stop: how long the ranks get to say where they are
 STALL_REFRESH_S: Final = 10.0   # while a run is stalled: how often the stacks are asked for again
 
 

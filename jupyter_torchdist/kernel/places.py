@@ -20,6 +20,7 @@ __all__ = ["RankDebug", "fold_collective", "fold_place", "fold_pdb", "describe",
            "where_lines", "FRAMES_KEPT", "RankLike"]
 
 FRAMES_KEPT: Final = 40     # entries of a stack the kernel keeps (the rank sends at most 30)
+ANSWER_S: Final = 1.0       # a rank asked where it is has this long to answer before it "did not say"
 _TEXT: Final = 200
 
 
@@ -132,8 +133,9 @@ _SILENT: Final = "did not say (no answer within a second: it may hold the GIL in
 
 
 def place_snapshot(d: RankDebug, state: str, now: float) -> PlaceSnapshot | None:
-    """The rank's place for the views, once it was asked (or paused in pdb); None before."""
-    if d.frames is None and d.paused is None and d.asked_at is None:
+    """The rank's place for the views, once it answered (or is paused in pdb, or was asked a second ago and did not
+    answer); None before."""
+    if d.frames is None and d.paused is None and (d.asked_at is None or now - d.asked_at < ANSWER_S):
         return None
     summary = describe(d, state) or _SILENT
     age = None if d.place_at is None else round(max(0.0, now - d.place_at), 1)

@@ -141,6 +141,9 @@ def test_a_rank_never_asked_has_no_place_in_the_views():
     st.apply(0, "rank", {"t": C.RESULT, "value": None, "repr": None, "at": 101.0}, 101.0)
     assert [r["place"] for r in st.snapshot()["ranks"]] == [None, None], "a run nobody asked about shows no places"
     st.ranks[1].debug.asked_at = 102.0
+    st.now = 102.5
+    assert st.snapshot()["ranks"][1]["place"] is None, "an answer may still be on its way"
+    st.now = 103.5
     assert st.snapshot()["ranks"][1]["place"]["summary"].startswith("did not say")
 
 
