@@ -23,6 +23,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, NoReturn, TypedDict, Union, get_args, get_type_hints
 
+from .contract_faults import BEAT, COMMIT, HEARTBEAT_S, BeatMsg, CommitMsg  # lost hosts, restarts
+from .contract_debug import (PDB, PDB_REPLY, PLACE, WHERE, WHERE_WANTED, FrameInfo, PdbKind, PdbMsg,  # stacks, pdb
+                             PdbReplyMsg, PlaceMsg, WhereMsg, WhereWantedMsg)
+
 __all__ = [
     "RANK", "AGENT", "BACKEND", "Role", "HELLO", "STATE", "PROGRESS", "LOG", "RESULT", "FAILED", "DROPPED", "USAGE",
     "DATA_OPEN", "DATA_DONE", "COMMIT", "AGENT_HELLO", "EXIT", "BEAT", "CONNECTED", "DISCONNECTED", "LOST", "STOPPED",
@@ -34,6 +38,8 @@ __all__ = [
     "BackendMessage", "InboundMessage", "DataReply", "ToRank", "ToAgent", "OutboundMessage", "unhandled", "RANK_SENDS",
     "AGENT_SENDS", "CHANNEL_SAYS", "BACKEND_SAYS", "INBOUND", "SENDS", "TLSPin", "RunPlan", "LaunchInfo", "Inbound",
     "HEARTBEAT_S",
+    "PLACE", "PDB", "WHERE", "PDB_REPLY", "WHERE_WANTED", "FrameInfo", "PlaceMsg", "PdbMsg", "WhereMsg", "PdbReplyMsg",
+    "WhereWantedMsg", "PdbKind",
 ]
 
 # -- roles: who a message comes from ------------------------------------------------------------------
@@ -53,13 +59,10 @@ DROPPED: Final = "dropped"      # log lines and progress points the rank could n
 USAGE: Final = "usage"          # about once a second: the rank process's CPU, memory, GPU, and time waiting for data
 DATA_OPEN: Final = "data_open"  # batches(): this rank wants an epoch of a DataFrame, fed to its data listener
 DATA_DONE: Final = "data_done"  # batches(): this rank has stopped reading that epoch (all of it, or it broke off)
-COMMIT: Final = "commit"        # jt.commit: rank 0 has written the state to resume from (--max-restarts)
 
 # -- agent -> kernel -----------------------------------------------------------------------------------
 AGENT_HELLO: Final = "agent"    # the agent's host and pid, and its rank's pid
 EXIT: Final = "exit"            # how the rank's process ended (code or signal; stopped by us or not)
-BEAT: Final = "beat"            # every HEARTBEAT_S while the agent runs: its host and link are there
-HEARTBEAT_S: Final = 2.0        # (the kernel judges a rank lost after 5 missed)
 
 # -- said by the kernel's channel, about a connection --------------------------------------------------
 CONNECTED: Final = "connected"
@@ -161,6 +164,8 @@ class UsageMsg(_Usage, total=False):
     wait_s: float             # time spent waiting in batches() this cell (the next three: once batches() ran)
     data_s: float             # time since this cell's first batches() step was asked for
     rows: int                 # rows batches() has handed to the training loop this cell
+    collective: str           # the torch.distributed call the main thread is in now (absent: none)
+    collective_s: float       # ... and how long it has been in it
 
 
 class DataOpenMsg(TypedDict):
@@ -182,24 +187,12 @@ class DataDoneMsg(TypedDict):
     early: bool               # the loop stopped before the last step (break, an exception)
 
 
-class CommitMsg(TypedDict):
-    t: Literal["commit"]
-    step: int
-    bytes: int                # the commit's size
-    seconds: float            # serialising (on the training thread) and writing (on its own) it took
-    at: float
-
-
 # -- agent -> kernel ---------------------------------------------------------------------------------------
 class AgentHelloMsg(TypedDict):
     t: Literal["agent"]
     host: str
     pid: int
     child: int                # the rank's pid
-
-
-class BeatMsg(TypedDict):
-    t: Literal["beat"]
 
 
 class ExitMsg(TypedDict):
@@ -265,7 +258,7 @@ class ReleaseMsg(TypedDict):
     t: Literal["release"]
 
 
-class CellMsg(TypedDict):
+class _Cell(TypedDict):
     t: Literal["cell"]
     cell: int             # kept ranks count their cells from 1 (the payload that started them)
     payload: bytes        # cloudpickle of a rank.kept.KeptCell or KeptCall
@@ -273,6 +266,10 @@ class CellMsg(TypedDict):
     source: str
     all_ranks: bool
     max_value_bytes: int
+
+
+class CellMsg(_Cell, total=False):
+    post_mortem: bool     # --pdb: a failing rank offers the kernel its post-mortem
 
 
 class DataPlanMsg(TypedDict):
@@ -304,14 +301,14 @@ class InterruptMsg(TypedDict):
 
 # -- who sends what ----------------------------------------------------------------------------------------
 RankMessage = Union[HelloMsg, StateMsg, ProgressMsg, LogMsg, ResultMsg, FailedMsg, DroppedMsg, UsageMsg,
-                    DataOpenMsg, DataDoneMsg, CommitMsg]
+                    DataOpenMsg, DataDoneMsg, CommitMsg, PlaceMsg, PdbMsg]
 FinalMessage = Union[ResultMsg, FailedMsg]  # how a rank's cell ended
 AgentMessage = Union[AgentHelloMsg, ExitMsg, BeatMsg]
 ChannelNotice = Union[ConnectedMsg, DisconnectedMsg]        # said for a rank's and an agent's connection alike
-BackendMessage = Union[LostMsg, StoppedMsg, JobEndMsg, DataStatusMsg]
+BackendMessage = Union[LostMsg, StoppedMsg, JobEndMsg, DataStatusMsg, WhereWantedMsg]
 InboundMessage = Union[RankMessage, AgentMessage, ChannelNotice, BackendMessage]
 DataReply = Union[DataPlanMsg, DataErrorMsg]                # what answers a rank's DATA_OPEN
-ToRank = Union[RendezvousMsg, ReleaseMsg, CellMsg, DataReply]
+ToRank = Union[RendezvousMsg, ReleaseMsg, CellMsg, DataReply, WhereMsg, PdbReplyMsg]
 ToAgent = Union[StopMsg, InterruptMsg]
 OutboundMessage = Union[ToRank, ToAgent]
 
@@ -357,6 +354,7 @@ class RunPlan:
     versions: tuple[tuple[str, str], ...] = ()  # the kernel's Python and packages a rank's must match (_versions)
     checkpoint: str | None = None  # where jt.commit writes and jt.restore reads (--max-restarts, --checkpoint-dir)
     attempt: int = 1               # which start of the run this is (--max-restarts)
+    post_mortem: bool = False  # --pdb: a failing rank offers the kernel its post-mortem before it reports
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 DEFAULT_MAX_PAYLOAD_MB = 512.0
 DEFAULT_MAX_VALUE_MB = 512.0
 DEFAULT_WAIT_S = 120.0
+DEFAULT_STALL_AFTER_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,8 @@ class RunOptions:
     max_restarts: int = 0         # start the run again this many times after a failure from outside its code
     checkpoint_dir: str | None = None  # where jt.commit writes (default: a folder of the kernel's, ranks on its host)
     spark_tasks: bool = False     # the ranks must be Spark tasks (TorchDistributor(local_mode=False), horovod.spark)
+    stall_after: float = DEFAULT_STALL_AFTER_S  # no progress, a rank this long in a collective: stalled (0: never)
+    pdb: bool = False        # the root-cause rank's post-mortem in the notebook before the run fails
 
     def __post_init__(self) -> None:
         if not _whole(self.n) or self.n < 1:
@@ -64,6 +67,7 @@ class RunOptions:
                                                 or not self.checkpoint_dir.strip()):
             raise OptionsError(f"--checkpoint-dir must be a folder or a URL every rank can write (e.g. "
                                f"--checkpoint-dir /shared/ckpt or s3://bucket/run1), got {self.checkpoint_dir!r}")
+        _check_debug(self)
         if not _finite_positive(self.max_payload_mb):
             raise OptionsError(f"--max-payload-mb must be a number of megabytes > 0 (e.g. --max-payload-mb 1024), "
                                f"got {self.max_payload_mb!r}")
@@ -86,7 +90,18 @@ class RunOptions:
             "local": self.local, "all_ranks": self.all_ranks, "keep": self.keep,
             "data_workers": self.data_workers, "script": list(self.script) or None,
             "max_restarts": self.max_restarts or None, "checkpoint_dir": self.checkpoint_dir,
+            **({"pdb": True} if self.pdb else {}),
+            **({"stall_after": self.stall_after} if self.stall_after != DEFAULT_STALL_AFTER_S else {}),
         }
+
+
+def _check_debug(options: RunOptions) -> None:
+    """The debugging options (the README's Debugging section)."""
+    if not (_finite_positive(options.stall_after) or options.stall_after == 0) or isinstance(options.stall_after, bool):
+        raise OptionsError(f"--stall-after must be a number of seconds >= 0 (e.g. --stall-after 60; 0: never say a "
+                           f"run is stalled), got {options.stall_after!r}")
+    if not isinstance(options.pdb, bool):
+        raise OptionsError(f"--pdb is a switch, got {options.pdb!r}")
 
 
 def _whole(value: object) -> bool:
@@ -169,13 +184,6 @@ def _build_parser(prog: str) -> _Parser:
     p.add_argument("--wait", type=_positive_number, default=DEFAULT_WAIT_S, metavar="SECONDS",
                    help=f"on a cluster, wait up to SECONDS for enough task slots (executors still starting, cores "
                         f"held by other notebooks) before failing (default {DEFAULT_WAIT_S:g}; 0: fail at once)")
-    p.add_argument("--max-restarts", type=_whole_number, default=0, metavar="K",
-                   help="start the run again, at most K times, when a rank is lost (its process killed or crashed "
-                        "by a signal, its host or executor gone); the cell resumes from its last jt.commit. An "
-                        "exception in the cell is never retried (default 0)")
-    p.add_argument("--checkpoint-dir", metavar="DIR",
-                   help="where jt.commit writes: a folder every rank's host can reach, or an fsspec URL (default, "
-                        "ranks on this machine: a folder of the kernel's, removed after the run)")
     p.add_argument("--max-payload-mb", type=_positive_number, default=DEFAULT_MAX_PAYLOAD_MB, metavar="MB",
                    help=f"largest captured payload to ship (default {DEFAULT_MAX_PAYLOAD_MB:g})")
     p.add_argument("--max-value-mb", type=_positive_number, default=DEFAULT_MAX_VALUE_MB, metavar="MB",
@@ -186,9 +194,28 @@ def _build_parser(prog: str) -> _Parser:
     p.add_argument("--keep", action="store_true",
                    help="(cells) run on kept ranks: started by the first such cell, they keep their state (names "
                         "the cell assigns, the process group) for the next --keep cell; %%distribute_stop ends them")
+    _add_fault_options(p)
     p.add_argument("script", nargs=argparse.REMAINDER,
                    help="a script and its arguments, run as torchrun would (the line magic and the command line)")
     return p
+
+
+def _add_fault_options(p: _Parser) -> None:
+    """When things go wrong: restarts after a lost rank, and what a hung or failed rank shows."""
+    p.add_argument("--max-restarts", type=_whole_number, default=0, metavar="K",
+                   help="start the run again, at most K times, when a rank is lost (its process killed or crashed "
+                        "by a signal, its host or executor gone); the cell resumes from its last jt.commit. An "
+                        "exception in the cell is never retried (default 0)")
+    p.add_argument("--checkpoint-dir", metavar="DIR",
+                   help="where jt.commit writes: a folder every rank's host can reach, or an fsspec URL (default, "
+                        "ranks on this machine: a folder of the kernel's, removed after the run)")
+    p.add_argument("--stall-after", type=_positive_number, default=DEFAULT_STALL_AFTER_S, metavar="SECONDS",
+                   help=f"when no rank has made progress and one has waited in a collective for SECONDS, the live "
+                        f"view says the run is stalled and shows where each rank is (default "
+                        f"{DEFAULT_STALL_AFTER_S:g}; 0: never)")
+    p.add_argument("--pdb", action="store_true",
+                   help="when a rank raises, open its post-mortem (pdb) in the notebook before the run fails; the "
+                        "other ranks are held meanwhile")
 
 
 _PARSERS = {prog: _build_parser(prog) for prog in (MAGIC_PROG, CLI_PROG)}

@@ -6,13 +6,14 @@ from typing import Any
 
 from ..launchers import backend_for
 from ..options import RunOptions
+from ..rank.kept_payload import KeptPostMortem
 from ..views import make_view
 from .cell import CellSyntaxError
 from .kept import KeptInfo, Ranks, notebook_ranks, set_notebook_ranks
 from .kept_cell import kept_cell
 from .pickling import pack
 
-__all__ = ["run_kept", "stop_kept", "kept"]
+__all__ = ["run_kept", "stop_kept", "kept", "debug_kept"]
 
 
 def kept() -> KeptInfo | None:
@@ -88,3 +89,21 @@ def run_kept(shell: Any, line: str, cell: str, options: RunOptions, number: int)
 def ranks_cells(ranks: Ranks) -> int:
     info = ranks.describe()
     return info.cells if info is not None else 0
+
+
+def debug_kept(shell: Any) -> None:
+    """``%distribute_debug``: the post-mortem of the kept rank whose cell raised last, in the notebook."""
+    ranks = notebook_ranks()
+    info = ranks.describe() if ranks is not None else None
+    if ranks is None or info is None:
+        print("no kept ranks are up (none were started, or a failure stopped them): %distribute_debug opens the "
+              "post-mortem of a failed %%distribute --keep cell while its ranks are up. For other cells, run "
+              "them with --pdb.")
+        return
+    if info.failed_rank is None:
+        print("the last kept cell did not raise on any rank: there is no failure to debug.")
+        return
+    options = replace(ranks.options, timeout=None, all_ranks=False, pdb=False, output=None)
+    ranks.execute(pack(KeptPostMortem(info.failed_rank), max_bytes=options.max_payload_bytes), options,
+                  title=f"%distribute_debug: the post-mortem of rank {info.failed_rank}",
+                  view=make_view(shell, options.quiet))

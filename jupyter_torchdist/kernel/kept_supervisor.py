@@ -54,6 +54,7 @@ class KeptSupervisor(Supervisor):
 
     def stop(self, reason: str) -> None:
         """Interrupt every rank still running the cell; they survive if they all come back in time."""
+        self.debugging.before_stop(reason)  # an interrupt or timeout: where each rank was, first
         now = time.time()
         if not self.state.begin_stop(reason, now):
             return
@@ -79,10 +80,12 @@ class KeptSupervisor(Supervisor):
             lost = min((f for f in self.state.failures.values() if f.kind == "lost"), key=lambda f: f.at)
             self.break_set(f"{lost.label()} {lost.summary}")
             self.launcher.lost_hosts(self.state.lost_hosts(silent))
-        if self.first_failure_at is not None and now - self.first_failure_at >= ECHO_GRACE_S:
+        if self.first_failure_at is not None and now - self.first_failure_at >= ECHO_GRACE_S \
+                and not self.debugging.holding():
             self.stop("failed")
         if self.deadline is not None and now >= self.deadline:
             self.stop("timeout")
+        self.debugging.tick(now)
         late = [rank for rank, at in (self.closed_at or {}).items() if now - at > EXIT_GRACE_S]
         if late:
             self.closed_at = None  # no agent said how it ended: the connection closing says enough
@@ -113,6 +116,7 @@ class KeptSupervisor(Supervisor):
         if self.broken is not None:
             self.state.close_out(time.time())
         error = self.state.conclude(time.time(), timeout=options.timeout, value_needed=not options.all_ranks)
+        self.debugging.annotate(error)
         if self.broken is not None:
             line = STOPPED.format(why=self.broken)
             error = error or RunError(f"the kept ranks were lost: {self.broken}", world_size=options.n)

@@ -12,6 +12,7 @@ from typing import Any, Final
 
 from ..errors import RankFailure, RunError, RunFailed, RunInterrupted, RunTimeout, root_cause
 from .rank_state import FINAL, RankState
+from .stall import RunDebug
 from .usage import DataStats, data_over, input_notice
 
 __all__ = ["RunLifecycle", "STOP_REASONS"]
@@ -42,6 +43,7 @@ class RunLifecycle:
     start_hint: str = ""             # ... and what to do when they do not
     data: DataStats = field(default_factory=DataStats)
     committed: tuple[int, float, int, float] | None = None  # the last jt.commit: (step, when, bytes, seconds)
+    debug: RunDebug = field(default_factory=RunDebug)  # the stall rule, pdb's quit (stall.py)
 
     def __post_init__(self) -> None:
         if not self.ranks:

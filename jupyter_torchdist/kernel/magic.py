@@ -11,7 +11,7 @@ from ..errors import OptionsError
 from ..launchers import on_load, on_unload
 from ..options import RunOptions, options_help, parse_options
 from ..views import make_view
-from . import kept_magic
+from . import control, kept_magic
 from .cell import CellSyntaxError, compile_cell
 from .run import Work, launch
 
@@ -76,6 +76,12 @@ class DistributeMagics(Magics):
                     source=compiled.source)
 
     @line_magic
+    def distribute_debug(self, line: str) -> None:
+        """Open the post-mortem (pdb, here in the notebook) of the kept rank whose cell failed last, if it is
+        still up (%%distribute --keep). For one-shot cells, --pdb opens it as the run fails."""
+        kept_magic.debug_kept(self.shell)
+
+    @line_magic
     def distribute_stop(self, line: str) -> None:
         """Stop the notebook's kept ranks (%%distribute --keep): every process ends, their slots are free."""
         print(kept_magic.stop_kept())
@@ -104,12 +110,14 @@ def _activate_embedded_session(*_: Any) -> None:
 
 def load(ipython: Any) -> None:
     ipython.register_magics(DistributeMagics)
+    control.register(ipython)  # the live view's Stacks control reaches the kernel while a cell runs
     ipython.events.register("pre_run_cell", _activate_embedded_session)
     on_load(warm=os.environ.get(WARMUP_ENV, "1") != "0")
 
 
 def unload(ipython: Any) -> None:
     on_unload()
+    control.unregister(ipython)
     try:
         ipython.events.unregister("pre_run_cell", _activate_embedded_session)
     except ValueError:

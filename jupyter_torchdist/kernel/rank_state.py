@@ -15,6 +15,7 @@ from typing import Any, Final
 from .. import contract as C
 from ..errors import RankFailure, is_secondary
 from ..views.schema import LOSS_KEYS
+from .places import RankDebug
 from .usage import RankUsage, fold_usage
 
 __all__ = ["RankState", "FINAL", "LOG_KEEP", "HISTORY_POINTS"]
@@ -66,6 +67,7 @@ class RankState:
     history: list[tuple[float, float]] = field(default_factory=list)
     rate_mark: tuple[float, int] | None = None
     usage: RankUsage = field(default_factory=RankUsage)
+    debug: RankDebug = field(default_factory=RankDebug)  # where it is: its collective, its stack, pdb (places.py)
 
     @property
     def settled(self) -> bool:

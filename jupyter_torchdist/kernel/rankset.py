@@ -44,6 +44,8 @@ class KeptInfo:
     cells: int                                 # cells run so far
     backend_name: str = ""                     # the registry's name ("spark", "local")
     holds: str | None = None                   # what the ranks hold while kept ("Spark task slots"), if anything
+    failed_rank: int | None = None             # the root cause's rank of the last cell, when it failed (for
+    #                                            %distribute_debug: that rank keeps the failure's frames)
 
 
 class RankSet:
@@ -65,6 +67,7 @@ class RankSet:
         self.checkpoint: str | None = None  # where jt.commit writes (--max-restarts, --checkpoint-dir)
         self.attempt = 1                    # which start of the run these ranks are
         self.carried: list[str] = []        # notes from the attempts before this one, for its view
+        self.failed_rank: int | None = None  # the last cell's root-cause rank, if it raised (kept ranks)
 
     # -- one cell ----------------------------------------------------------------------------------------
     def new_state(self, options: RunOptions, title: str) -> RunState:
@@ -72,6 +75,7 @@ class RankSet:
         state = RunState(options.n, title=title, options=options.summary(), backend=self.info.label,
                          started_at=time.time(), cell=cell if self.keep else None)
         state.notes.extend(self.carried)
+        state.debug.stall_after = options.stall_after or None
         if self.keep and self.launcher.slot_noun:
             state.notes.append(f"kept ranks hold {options.n} {self.launcher.slot_noun} until %distribute_stop "
                                "(or ranks.stop())")
@@ -97,7 +101,8 @@ class RankSet:
             self.launcher.start(self._plan(payload, filename, source, options), self.inbox)
             return
         msg: C.CellMsg = {"t": C.CELL, "cell": self.cells + 1, "payload": payload, "filename": filename,
-                          "source": source, "all_ranks": options.all_ranks, "max_value_bytes": options.max_value_bytes}
+                          "source": source, "all_ranks": options.all_ranks, "max_value_bytes": options.max_value_bytes,
+                          "post_mortem": options.pdb}
         for rank in range(self.options.n):
             self.server.send(rank, C.RANK, msg)
 
@@ -114,7 +119,7 @@ class RankSet:
                        gpu=options.gpu, threads=options.backend_threads, max_value_bytes=options.max_value_bytes,
                        all_ranks=options.all_ranks, loopback=self.info.loopback, tls=self.server.tls_pin,
                        keep=self.keep, versions=tuple(local_versions().items()), checkpoint=self.checkpoint,
-                       attempt=self.attempt)
+                       attempt=self.attempt, post_mortem=options.pdb)
 
     def after_cell(self, state: RunState, sup: Supervisor) -> None:
         """Learn what the cell told about the ranks; a kept set the cell broke is closed here."""
@@ -123,6 +128,7 @@ class RankSet:
         self.heard = {r.rank: r.last_word for r in state.ranks if r.last_word is not None}
         if sup.names is not None:
             self.rank_names = set(sup.names)
+        self.failed_rank = _raised_first(state)
         if sup.broken is not None:
             self.close(wait_s=0.0 if state.job_ended_at is not None else 10.0)
 
@@ -188,4 +194,11 @@ class RankSet:
     def describe(self) -> KeptInfo:
         return KeptInfo(n=self.options.n, backend=self.info.label, gpu=self.options.gpu,
                         local=self.launcher.name == "local", hosts=dict(self.hosts), since=self.since,
-                        cells=self.cells, backend_name=self.launcher.name, holds=self.launcher.slot_noun)
+                        cells=self.cells, backend_name=self.launcher.name, holds=self.launcher.slot_noun,
+                        failed_rank=self.failed_rank)
+
+
+def _raised_first(state: RunState) -> int | None:
+    """The rank whose own exception failed the cell (its frames are what a post-mortem looks at), if any."""
+    primary = [f for f in state.failures.values() if f.kind == "exception" and not f.secondary]
+    return min(primary, key=lambda f: (f.at, f.rank)).rank if primary else None

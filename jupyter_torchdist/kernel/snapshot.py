@@ -6,7 +6,9 @@ from typing import Final
 from ..errors import root_cause
 from ..views.schema import SCHEMA_VERSION, RankSnapshot, RunErrorSnapshot, RunSnapshot
 from .lifecycle import RunLifecycle
+from .places import place_snapshot
 from .rank_state import RankState
+from .stall import stall_text
 from .usage import data_snapshot, usage_snapshot
 
 __all__ = ["run_snapshot", "LOG_TAIL"]
@@ -23,6 +25,7 @@ def run_snapshot(state: RunLifecycle, log_tail: int = LOG_TAIL) -> RunSnapshot:
         "error": _error_snapshot(state), "notices": state.notices(),
         "data": data_snapshot(state.data, [r.usage for r in state.ranks]),
         "ranks": [_rank_snapshot(r, end, log_tail) for r in state.ranks],
+        "stall": stall_text(state.debug, state.ranks, state.started_at, state.now) if state.ended_at is None else None,
     }
 
 
@@ -48,4 +51,5 @@ def _rank_snapshot(r: RankState, end: float, log_tail: int) -> RankSnapshot:
         "log_lines": r.log_lines, "log_dropped": r.log_dropped, "log_tail": [[s, t] for s, t in tail],
         "loss_history": [[x, round(y, 6)] for x, y in r.history],
         "usage": usage_snapshot(r.usage) if r.usage.rss is not None or r.usage.data_s is not None else None,
+        "place": place_snapshot(r.debug, r.state, end), "paused": r.debug.paused,
     }

@@ -16,6 +16,7 @@ from ..views.schema import RunSnapshot
 from .lifecycle import STOP_REASONS, RunLifecycle
 from .rank_state import FINAL, HISTORY_POINTS, LOG_KEEP, RankState
 from .snapshot import LOG_TAIL, run_snapshot
+from .stall import fold_debug
 from .usage import fold_data_status
 
 __all__ = ["RankState", "RunState", "LOG_TAIL", "LOG_KEEP", "HISTORY_POINTS", "FINAL", "STOP_REASONS"]
@@ -34,6 +35,7 @@ class RunState(RunLifecycle):
         does not send (``contract.INBOUND``) is ignored, as is a message about a rank that is not given."""
         if (role, msg.get("t")) not in C.INBOUND:
             return
+        fold_debug(self.debug, self.ranks, rank, role, msg, at)  # where the rank is; whether the run moves
         if msg["t"] == C.JOB_END:
             self.job_ended_at, self.job_error = at, msg.get("error")
             notice = msg.get("notice")
@@ -41,6 +43,8 @@ class RunState(RunLifecycle):
                 self.notes.append(notice)
         elif msg["t"] == C.DATA_STATUS:
             fold_data_status(self.data, msg)
+        elif msg["t"] == C.WHERE_WANTED:
+            pass  # the user asked for the stacks: the supervisor asks the ranks, their PLACEs fold in
         elif rank >= 0:
             self._about_rank(self.ranks[rank], role, msg, at)
 
@@ -70,6 +74,8 @@ class RunState(RunLifecycle):
             pass  # batches(): the data service answers it; the rank's usage shows its wait
         elif msg["t"] == C.COMMIT:
             self.committed = (int(msg.get("step", 0)), at, int(msg.get("bytes", 0)), float(msg.get("seconds", 0.0)))
+        elif msg["t"] == C.PLACE or msg["t"] == C.PDB:
+            pass  # where it is, its debugger: folded by fold_debug; the supervisor answers prompts
         else:
             self._said_of_rank(rs, role, msg, at)
 

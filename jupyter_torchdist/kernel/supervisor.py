@@ -25,6 +25,7 @@ from ..launchers.base import Launcher
 from ..options import RunOptions
 from ..views import RunView
 from ..rendezvous import plan_rendezvous
+from .debugging import Debugging
 from .state import RunState
 
 __all__ = ["Supervisor", "plain_sigint", "FRAME_S"]
@@ -57,6 +58,7 @@ class Supervisor:
         self.dirty = True
         self.last_frame = 0.0
         self.data: Any = None  # the run's data.service.DataService: answers batches() requests
+        self.debugging = Debugging(self)  # where each rank is; the ranks' pdb in the notebook
 
     # -- messages ---------------------------------------------------------------------------------
     def handle(self, ev: Inbound) -> None:
@@ -72,9 +74,10 @@ class Supervisor:
             self._send_rendezvous()
         if ev.role == C.RANK and t == C.RESULT and ev.msg.get("value") is not None:
             self._take_value(ev)
+        self.debugging.handle(ev)
         if self.state.failures and self.first_failure_at is None:
             self.first_failure_at = time.time()
-        if any(not f.secondary for f in self.state.failures.values()):
+        if any(not f.secondary for f in self.state.failures.values()) and not self.debugging.holding():
             self.stop("failed")
         if t in (C.RESULT, C.FAILED) and not self.released and not self.state.running_ranks():
             self._release(range(self.state.world_size))
@@ -108,6 +111,7 @@ class Supervisor:
     # -- stopping ----------------------------------------------------------------------------------
     def stop(self, reason: str) -> None:
         """Ask every rank's agent to kill its rank now; the launcher's own cancel follows if needed."""
+        self.debugging.before_stop(reason)  # an interrupt or timeout: where each rank was, first
         now = time.time()
         if not self.state.begin_stop(reason, now):
             return
@@ -140,12 +144,14 @@ class Supervisor:
             self.stop("failed")
         elif self.state.start_by is not None and now - self.last_frame >= 1.0:
             self.dirty = True  # the wait for executors counts up in the view
-        if self.first_failure_at is not None and now - self.first_failure_at >= ECHO_GRACE_S:
+        if self.first_failure_at is not None and now - self.first_failure_at >= ECHO_GRACE_S \
+                and not self.debugging.holding():
             self.stop("failed")
         if self.deadline is not None and now >= self.deadline:
             self.stop("timeout")
         if self.stop_at is not None and now - self.stop_at > STOP_GRACE_S:
             self.cancel()
+        self.debugging.tick(now)
         if self.dirty and now - self.last_frame >= FRAME_S:
             self.draw(now)
 
@@ -197,7 +203,9 @@ class Supervisor:
     def conclude(self, options: RunOptions) -> RunError | None:
         """The run's outcome once the loop is over: None for a success, else the error to raise."""
         self.state.close_out(time.time())
-        return self.state.conclude(time.time(), timeout=options.timeout, value_needed=not options.all_ranks)
+        error = self.state.conclude(time.time(), timeout=options.timeout, value_needed=not options.all_ranks)
+        self.debugging.annotate(error)
+        return error
 
 
 @contextlib.contextmanager

@@ -11,7 +11,7 @@ from typing import Any
 
 import cloudpickle
 
-__all__ = ["KeptCell", "Namespace", "run_job", "compile_kept"]
+__all__ = ["KeptCell", "KeptPostMortem", "Namespace", "run_job", "compile_kept"]
 
 _VALUE = "__jtd_cell_value__"
 
@@ -42,6 +42,18 @@ class KeptCell:
         ns.globals.pop(_VALUE, None)
         exec(code, ns.globals)
         return ns.globals.pop(_VALUE, None)
+
+
+@dataclass(frozen=True)
+class KeptPostMortem:
+    """``%distribute_debug``: the post-mortem of the last failed kept cell, on the rank that failed."""
+
+    rank: int
+
+    def __call__(self) -> None:
+        from .debugger import post_mortem_saved
+
+        post_mortem_saved(self.rank)
 
 
 class Namespace:

@@ -3,7 +3,9 @@
 Between cells the kernel sends RELEASE (one-shot ranks may exit) and CELL (kept ranks run it); during a
 cell it answers ``batches()`` (DATA_PLAN, DATA_ERROR). One thread reads the socket and routes: data
 messages to the handler the data API installed, the rest to the main loop (``next_cell``,
-``wait_release``), which learns from ``None`` that the kernel closed the channel.
+``wait_release``), which learns from ``None`` that the kernel closed the channel. Debugging: WHERE is
+answered on this thread (``on_where``: the main thread may be stuck), PDB_REPLY goes to the rank's debugger
+(``pdb_reply``).
 """
 from __future__ import annotations
 
@@ -25,6 +27,8 @@ class KernelLink:
         self._sock = sock
         self._main: queue.SimpleQueue[C.ToRank | None] = queue.SimpleQueue()
         self._data: Callable[[C.DataReply | None], None] | None = None
+        self._where: Callable[[], None] | None = None
+        self._pdb: queue.SimpleQueue[C.PdbReplyMsg | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self.closed = False
         threading.Thread(target=self._run, name="jtd-link", daemon=True).start()
@@ -37,27 +41,45 @@ class KernelLink:
         if closed:
             handler(None)
 
+    def on_where(self, handler: Callable[[], None]) -> None:
+        """Answer WHERE with ``handler`` (called on the link's thread: it sends the main thread's stack)."""
+        self._where = handler
+
+    def pdb_reply(self) -> C.PdbReplyMsg | None:
+        """The kernel's next answer to this rank's debugger; None once the channel is closed."""
+        reply = self._pdb.get()
+        if reply is None:
+            self._pdb.put(None)  # every later caller learns it too
+        return reply
+
     def _run(self) -> None:
         while True:
             try:
                 frame = P.recv_frame(self._sock, MAX_FRAME)
             except Exception:
                 break
-            if not isinstance(frame, dict):
-                continue
-            msg = cast("C.ToRank", frame)  # from the kernel: the handshake proved it holds the run's secret
-            if msg["t"] == C.DATA_PLAN or msg["t"] == C.DATA_ERROR:
-                with self._lock:
-                    handler = self._data
-                if handler is not None:
-                    handler(msg)
-            else:
-                self._main.put(msg)
+            if isinstance(frame, dict):
+                self._route(cast("C.ToRank", frame))  # from the kernel: the handshake proved it holds the secret
         with self._lock:
             self.closed, handler = True, self._data
         if handler is not None:
             handler(None)
         self._main.put(None)
+        self._pdb.put(None)
+
+    def _route(self, msg: C.ToRank) -> None:
+        if msg["t"] == C.DATA_PLAN or msg["t"] == C.DATA_ERROR:
+            with self._lock:
+                handler = self._data
+            if handler is not None:
+                handler(msg)
+        elif msg["t"] == C.WHERE:
+            if self._where is not None:
+                self._where()
+        elif msg["t"] == C.PDB_REPLY:
+            self._pdb.put(msg)
+        else:
+            self._main.put(msg)
 
     def _next_main(self) -> C.ToRank | None:
         msg = self._main.get()

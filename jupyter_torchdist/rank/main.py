@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import functools
 import signal
+import threading
+import time
 from typing import Any
 
 import cloudpickle
@@ -19,6 +21,7 @@ from ..channel import protocol as P
 from ..channel.client import connect
 from ..contract import RunPlan
 from . import api as rank_api
+from . import collectives, debugger, where
 from .allocator import tune_allocator
 from .checkpoint import Checkpoints, check_shared
 from .checkpoint import flush as flush_commits
@@ -81,23 +84,47 @@ def _call_kept(payload: bytes, ns: Namespace, guard: Any) -> tuple[str, Any]:
         return "error", exc
 
 
+def _flushed(outcome: tuple[str, Any]) -> tuple[str, Any]:
+    """A cell that ended well has its last jt.commit written before it says so (a failed write is its error)."""
+    if outcome[0] == "ok":
+        try:
+            flush_commits()
+        except BaseException as exc:
+            return "error", exc
+    return outcome
+
+
+def _ended(outcome: tuple[str, Any], filename: str) -> tuple[tuple[str, Any], float]:
+    """How the cell ended and when: a failure first offers its post-mortem (--pdb); pdb's q is an interrupt."""
+    at = time.time()
+    if outcome[0] == "error":
+        debugger.offer_post_mortem(outcome[1], filename)
+    return debugger.quit_outcome(outcome), at
+
+
+def _final(outcome: tuple[str, Any], at: float, *, filename: str, send_value: bool,
+           max_bytes: int) -> C.FinalMessage:
+    final = final_message(*outcome, filename=filename, send_value=send_value, max_bytes=max_bytes)
+    if final["t"] == C.FAILED:
+        final["at"] = at  # when it raised, not when a post-mortem ended: the root cause is judged by it
+    return final
+
+
 def _run_kept_cell(cell: C.CellMsg, ns: Namespace, guard: Any, *, client: RankClient,
                    rank: int) -> C.FinalMessage:
     register_source(cell["filename"], cell["source"])
     _begin_cell(cell["cell"])
+    where.set_cell(cell["filename"])
+    debugger.begin_cell(bool(cell.get("post_mortem")))
     reporting = _Reporting(client)
     try:
         client.post({"t": C.STATE, "state": "running"})
-        outcome = _call_kept(cell["payload"], ns, guard)
-        if outcome[0] == "ok":
-            try:
-                flush_commits()
-            except BaseException as exc:
-                outcome = ("error", exc)
+        outcome, at = _ended(_flushed(_call_kept(cell["payload"], ns, guard)), cell["filename"])
+        debugger.remember(outcome)
     finally:
         reporting.close()
-    return final_message(*outcome, filename=cell["filename"], send_value=rank == 0 or cell["all_ranks"],
-                         max_bytes=cell["max_value_bytes"])
+    return _final(outcome, at, filename=cell["filename"], send_value=rank == 0 or cell["all_ranks"],
+                  max_bytes=cell["max_value_bytes"])
 
 
 def _begin_cell(cell: int) -> None:
@@ -110,20 +137,19 @@ def _begin_cell(cell: int) -> None:
 def _one_shot(plan: RunPlan, rank: int, store: Any, device: str, client: RankClient) -> C.FinalMessage:
     reporting = _Reporting(client)
     outcome: tuple[str, Any]
+    at = time.time()
     try:
         client.post({"t": C.STATE, "state": "starting"})
         init_group(plan, rank, store, device)
         _checkpoints(plan, rank, client)
         client.post({"t": C.STATE, "state": "running"})
-        outcome = run_payload(plan.payload, plan.filename, plan.source)
-        if outcome[0] == "ok":
-            flush_commits()  # the cell's last commit is written before it says it ended
+        outcome, at = _ended(_flushed(run_payload(plan.payload, plan.filename, plan.source)), plan.filename)
     except BaseException as exc:
         outcome = ("error", exc)
     finally:
         reporting.close()
-    return final_message(*outcome, filename=plan.filename, send_value=rank == 0 or plan.all_ranks,
-                         max_bytes=plan.max_value_bytes)
+    return _final(outcome, at, filename=plan.filename, send_value=rank == 0 or plan.all_ranks,
+                  max_bytes=plan.max_value_bytes)
 
 
 def _checkpoints(plan: RunPlan, rank: int, client: RankClient) -> None:
@@ -156,8 +182,19 @@ def _kept(plan: RunPlan, rank: int, store: Any, device: str, link: KernelLink, c
         client.send_final([final])
         return 1
     first: C.CellMsg = {"t": C.CELL, "cell": 1, "payload": plan.payload, "filename": plan.filename,
-                        "source": plan.source, "all_ranks": plan.all_ranks, "max_value_bytes": plan.max_value_bytes}
+                        "source": plan.source, "all_ranks": plan.all_ranks, "max_value_bytes": plan.max_value_bytes,
+                        "post_mortem": plan.post_mortem}
     return serve_cells(first, link, client, rank, functools.partial(_run_kept_cell, client=client, rank=rank))
+
+
+def _debuggable(plan: RunPlan, link: KernelLink, client: RankClient) -> None:
+    """Where this thread is, on the kernel's asking; its collectives marked; breakpoint() in the notebook."""
+    main = threading.get_ident()
+    collectives.install(main)
+    debugger.install()
+    debugger.begin_cell(plan.post_mortem)
+    where.set_cell(plan.filename)
+    link.on_where(lambda: client.post(where.place_message(main), urgent=True))
 
 
 def rank_main(plan: RunPlan, rank: int, gpu_address: str | None = None) -> int:
@@ -179,6 +216,7 @@ def rank_main(plan: RunPlan, rank: int, gpu_address: str | None = None) -> int:
     link = KernelLink(sock)
     install(RankRuntime(plan, rank, client, link, bind_ip, UsageSampler(client.post_usage, gpu=plan.gpu)))
     install_tqdm(rank_api.report)
+    _debuggable(plan, link, client)
     if plan.keep:
         return _kept(plan, rank, store, device, link, client)
     final = _one_shot(plan, rank, store, device, client)

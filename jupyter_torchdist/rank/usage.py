@@ -1,9 +1,10 @@
 """Where a rank's time goes, sampled about once a second: CPU, memory, its GPU, and waiting for data.
 
 A thread of its own reads cheap counters (``os.times``, ``/proc/self/statm``; under ``--gpu`` torch's
-allocator and, when NVML is there, the GPU's utilisation) and leaves the latest reading with the rank's
-client, which sends it with whatever goes next: a reading never queues behind another. CUDA is never
-initialised here: GPU numbers appear once the training code has touched the GPU.
+allocator and, when NVML is there, the GPU's utilisation; the collective the main thread is in, if any) and
+leaves the latest reading with the rank's client, which sends it with whatever goes next: a reading never
+queues behind another. CUDA is never initialised here: GPU numbers appear once the training code has touched
+the GPU.
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import time
 from typing import Callable, Final
 
 from .. import contract as C
+from . import collectives
 
 __all__ = ["UsageSampler", "INTERVAL_S", "read_usage"]
 
@@ -60,6 +62,9 @@ def read_usage(last: tuple[float, float] | None, gpu: bool) -> tuple[C.UsageMsg,
     data = _data()
     if data is not None:
         msg["wait_s"], msg["data_s"], msg["rows"] = round(data[0], 3), round(data[1], 3), data[2]
+    marked = collectives.current()  # the kernel's stall rule: a rank long in a collective, nobody progressing
+    if marked is not None:
+        msg["collective"], msg["collective_s"] = marked[0], round(marked[1], 3)
     return msg, (now, cpu)
 
 

@@ -13,6 +13,7 @@ from .chart import svg_chart
 from .schema import RankSnapshot, RunErrorSnapshot, RunSnapshot
 from .style import (DASH, KIND_LABELS, clip, colour, duration, exit_text, metrics_text, progress, rate,
                     status_label, tally, where)
+from .stacks import frame_line, has_places, stacks_title
 from .trim import trim_snapshot
 from .usage import data_line, input_bound, usage_cells, usage_columns
 
@@ -56,7 +57,7 @@ def html_of(snap: RunSnapshot) -> str:
     out.append(_panels(snap))
     if snap["ranks"]:
         root = snap["error"]["rank"] if snap["error"] else None
-        out += [_table(snap["ranks"], root), _logs(snap["ranks"], root, open_=snap["error"] is not None)]
+        out += [_stacks(snap), _table(snap["ranks"], root), _logs(snap["ranks"], root, open_=snap["error"] is not None)]
     return "".join(out) + "</div>"
 
 
@@ -71,6 +72,9 @@ def _header(snap: RunSnapshot) -> str:
            f'<span style="color:#888">{_e(" · ".join(meta))}</span></div>')
     if snap["headline"]:
         out += f'<div style="margin-top:4px">{_e(snap["headline"])}</div>'
+    if snap["stall"]:
+        out += (f'<div class="jtd-stall" style="margin-top:4px;padding:3px 8px;font-weight:600;border-left:3px solid '
+                f'{_BAD};background:{_BAD}14">{_e(snap["stall"])}</div>')
     data = data_line(snap["data"])
     if data:
         out += f'<div class="jtd-data" style="margin-top:2px;font-size:12px">{_e(data)}</div>'
@@ -179,3 +183,21 @@ def _logs(ranks: list[RankSnapshot], root: int | None, *, open_: bool) -> str:
     return (f'<details style="margin-top:8px"{" open" if open_ else ""}><summary style="cursor:pointer;color:#888">'
             f'Logs ({n} rank{"s" if n != 1 else ""})</summary><div style="max-height:30em;overflow:auto;'
             f'padding-left:12px">{"".join(logs)}</div></details>')
+
+
+def _stacks(snap: RunSnapshot) -> str:
+    """Where each rank is (or was): its one-line place, then its stack, library frames folded."""
+    if not has_places(snap["ranks"]):
+        return ""
+    items = []
+    for r in snap["ranks"]:
+        place = r["place"]
+        if place:
+            stack = "\n".join(frame_line(f) for f in place["frames"])
+            items.append(f'<div style="margin:4px 0"><strong>rank {_e(r["rank"])}</strong>: <span style="font-family:'
+                         f'{_MONO}">{_e(place["summary"])}</span>'
+                         + (f'<pre style="{_PRE};max-height:12em;margin-top:2px">{_e(stack)}</pre>' if stack else "")
+                         + "</div>")
+    opened = " open" if snap["stall"] or snap["status"] in ("timeout", "interrupted") else ""
+    return (f'<details class="jtd-stacks" style="margin-top:8px"{opened}><summary style="cursor:pointer;color:#888">'
+            f'{_e(stacks_title(snap).capitalize())}</summary>{"".join(items)}</details>')

@@ -7,6 +7,7 @@ from typing import Any
 from .schema import RankSnapshot, RunErrorSnapshot, RunSnapshot
 from .style import DASH, KIND_LABELS, clip, duration, exit_text, metrics_text, progress, rate, status_label, tally
 from .style import where as where_text
+from .stacks import has_places, place_lines, stacks_title
 from .trim import trim_snapshot
 from .usage import data_line, usage_cells, usage_columns
 
@@ -30,6 +31,8 @@ def text_of(snap: RunSnapshot) -> str:
         lines += _value(snap["value_repr"])
     if snap["ranks"]:
         lines += _table(snap["ranks"])
+    if has_places(snap["ranks"]):
+        lines += ["", f"{stacks_title(snap)}:"] + [f"  {line}" for line in place_lines(snap["ranks"])]
     return "\n".join(lines)
 
 
@@ -40,6 +43,7 @@ def _head(snap: RunSnapshot) -> list[str]:
     head += [f"{world} rank{'s' if world != 1 else ''}", duration(snap["elapsed_s"])]
     lines = [" \u00b7 ".join(head)]
     lines += [snap["headline"]] if snap["headline"] else []
+    lines += [snap["stall"]] if snap["stall"] else []
     data = data_line(snap["data"])
     lines += [data] if data else []
     lines += [f"note: {n}" for n in snap["notices"]]

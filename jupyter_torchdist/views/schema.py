@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any, Final, TypedDict
 
 __all__ = ["SCHEMA_VERSION", "LOSS_KEYS", "RankSnapshot", "RunSnapshot", "RunErrorSnapshot",
-           "SecondarySnapshot", "UsageSnapshot", "DataSnapshot"]
+           "SecondarySnapshot", "UsageSnapshot", "DataSnapshot", "FrameSnapshot", "PlaceSnapshot"]
 
 SCHEMA_VERSION: Final = 1
 LOSS_KEYS: Final = ("loss", "train_loss", "training_loss")  # metrics drawn as the loss curve, first found
@@ -36,6 +36,22 @@ class DataSnapshot(TypedDict):
     seconds: float | None       # since the first batch was asked for
 
 
+class FrameSnapshot(TypedDict):
+    """One line of a rank's stack, outermost first (``contract.FrameInfo``)."""
+    where: str              # "cell line 4", "train.py line 12"
+    name: str               # the function
+    code: str               # its source line
+    call: str               # what it is calling now ("dist.all_reduce"), when known
+    library: int            # 0: the user's code; n > 0: n library frames folded into this line
+
+
+class PlaceSnapshot(TypedDict):
+    """Where a rank is: its stack when last asked (the Stacks control, a stall, a stop)."""
+    summary: str            # "waiting in all_reduce at cell line 4 for 15.2 s"
+    frames: list[FrameSnapshot]
+    age_s: float | None     # how long ago the stack was taken (None: it never answered)
+
+
 class RankSnapshot(TypedDict):
     """One rank's row."""
     rank: int
@@ -55,6 +71,8 @@ class RankSnapshot(TypedDict):
     log_tail: list[list[str]]        # [stream, text] pairs, the newest last
     loss_history: list[list[float]]  # [step, loss] pairs
     usage: UsageSnapshot | None
+    place: PlaceSnapshot | None     # where it is (once asked)
+    paused: str | None              # "pdb" or "post-mortem" while its debugger waits for the user
 
 
 class SecondarySnapshot(TypedDict):
@@ -89,3 +107,4 @@ class RunSnapshot(TypedDict):
     notices: list[str]      # things the user should know that are not failures ("log lines dropped")
     data: DataSnapshot | None
     ranks: list[RankSnapshot]
+    stall: str | None       # no rank moves and one waits in a collective: what the view says (the run goes on)

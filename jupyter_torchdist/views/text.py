@@ -6,6 +6,8 @@ import time
 from typing import Any, TextIO
 
 from .report_text import report_text
+from .stacks import place_lines
+from .trim import trim_snapshot
 from .usage import data_line
 
 __all__ = ["TextView"]
@@ -31,6 +33,7 @@ class TextView:
         self._states: dict[int, str] = {}
         self._lines: dict[int, int] = {}
         self._last_summary = time.monotonic()
+        self._stall: int | None = None   # a stall was said (how many places with it), None: not stalled
 
     def _print(self, text: str) -> None:
         print(text, file=self.out, flush=True)
@@ -56,6 +59,7 @@ class TextView:
                 self._states[r["rank"]] = r["state"]
                 where = f" on {r['host']}" if r["host"] else ""
                 self._print(f"[rank {r['rank']}] {r['state']}{where}" + (f": {r['error']}" if r["error"] else ""))
+        self._say_stall(snapshot)
         now = time.monotonic()
         if now - self._last_summary >= SUMMARY_EVERY_S:
             self._last_summary = now
@@ -64,6 +68,20 @@ class TextView:
             parts += [data] if data else []
             if parts:
                 self._print(f"[torchdist] {snapshot['elapsed_s']:.0f}s  " + " | ".join(parts))
+
+    def _say_stall(self, snapshot: dict[str, Any]) -> None:
+        """A stall is said once, and where each rank is as soon as they answered (the run goes on)."""
+        stall = snapshot.get("stall")
+        if not stall:
+            self._stall = None
+            return
+        if self._stall is None:
+            self._print(f"[torchdist] {stall}")
+            self._stall = 0
+        places = place_lines(trim_snapshot(snapshot)["ranks"]) if self._stall == 0 else []
+        for line in places:
+            self._print(f"[torchdist]   {line}")
+        self._stall = self._stall or len(places)
 
     def finish(self, snapshot: dict[str, Any]) -> None:
         self.update(snapshot)

@@ -11,8 +11,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from .schema import (SCHEMA_VERSION, DataSnapshot, RankSnapshot, RunErrorSnapshot, RunSnapshot, SecondarySnapshot,
-                     UsageSnapshot)
+from .schema import (SCHEMA_VERSION, DataSnapshot, FrameSnapshot, PlaceSnapshot, RankSnapshot, RunErrorSnapshot,
+                     RunSnapshot, SecondarySnapshot, UsageSnapshot)
 from .style import clip, clip_tail, finite
 
 __all__ = ["Budget", "REPORT", "LIVE", "trim_snapshot"]
@@ -36,12 +36,13 @@ class Budget:
     curve_min: int         # ... never fewer than this per rank
     curve_max: int         # ... nor more
     last_line_chars: int   # the row's "latest output"
+    stack_frames: int = 1_920  # lines of the ranks' stacks, shared by the ranks that have one (4 to 30 each)
 
 
 REPORT: Final = Budget(log_lines=50, log_chars=200_000, log_min_chars=2_000, line_chars=500,
                        curve_points=1 << 20, curve_min=200, curve_max=200, last_line_chars=SHORT_CHARS)
 LIVE: Final = Budget(log_lines=40, log_chars=48_000, log_min_chars=600, line_chars=500,
-                     curve_points=1_600, curve_min=24, curve_max=200, last_line_chars=160)
+                     curve_points=1_600, curve_min=24, curve_max=200, last_line_chars=160, stack_frames=256)
 
 
 def _thin(points: Any, limit: int) -> list[list[float]]:
@@ -115,7 +116,21 @@ def _trim_data(d: Any) -> DataSnapshot | None:
             "seconds": finite(d.get("seconds"))}
 
 
-def _trim_rank(r: Mapping[str, Any], budget: Budget, chars: int, points: int) -> RankSnapshot:
+def _trim_frame(f: Mapping[str, Any]) -> FrameSnapshot:
+    return {"where": clip(f.get("where") or "", 120), "name": clip(f.get("name") or "", 80),
+            "code": clip(f.get("code") or "", 200), "call": clip(f.get("call") or "", 80),
+            "library": max(0, _int(f.get("library")) or 0)}
+
+
+def _trim_place(p: Any, frames: int) -> PlaceSnapshot | None:
+    """A rank's stack, its innermost ``frames`` lines (where it waits is what matters)."""
+    if not isinstance(p, Mapping):
+        return None
+    kept = [_trim_frame(f) for f in list(_sequence(p.get("frames")))[-frames:] if isinstance(f, Mapping)]
+    return {"summary": clip(p.get("summary") or "", SHORT_CHARS), "frames": kept, "age_s": finite(p.get("age_s"))}
+
+
+def _trim_rank(r: Mapping[str, Any], budget: Budget, chars: int, points: int, frames: int = 30) -> RankSnapshot:
     metrics = _mapping(r.get("metrics"))
     error, tail = r.get("error"), r.get("log_tail")
     return {
@@ -132,6 +147,8 @@ def _trim_rank(r: Mapping[str, Any], budget: Budget, chars: int, points: int) ->
         "log_tail": _log_tail(tail, budget, chars),
         "loss_history": _thin(r.get("loss_history"), points),
         "usage": _trim_usage(r.get("usage")),
+        "place": _trim_place(r.get("place"), frames),
+        "paused": None if r.get("paused") is None else clip(r.get("paused"), 40),
     }
 
 
@@ -165,7 +182,9 @@ def _ranks(snapshot: Mapping[str, Any], budget: Budget) -> list[RankSnapshot]:
     share = max(budget.log_min_chars, budget.log_chars // shares)
     curves = sum(1 for r in ranks if r.get("loss_history")) or 1
     points = min(budget.curve_max, max(budget.curve_min, budget.curve_points // curves))
-    return [_trim_rank(r, budget, share * (4 if r.get("state") == "failed" else 1), points) for r in ranks]
+    stacks = sum(1 for r in ranks if isinstance(r.get("place"), Mapping)) or 1
+    frames = min(30, max(4, budget.stack_frames // stacks))
+    return [_trim_rank(r, budget, share * (4 if r.get("state") == "failed" else 1), points, frames) for r in ranks]
 
 
 def trim_snapshot(snapshot: Mapping[str, Any], budget: Budget = REPORT) -> RunSnapshot:
@@ -188,4 +207,5 @@ def trim_snapshot(snapshot: Mapping[str, Any], budget: Budget = REPORT) -> RunSn
         "notices": [clip(n, SHORT_CHARS) for n in list(notices)[:NOTICES_MAX] if isinstance(n, str)],
         "data": _trim_data(snapshot.get("data")),
         "ranks": ranks,
+        "stall": None if not snapshot.get("stall") else clip(snapshot.get("stall"), SUMMARY_CHARS),
     }

@@ -4,6 +4,7 @@
 import { el, isObject, token } from './dom';
 import { clip, clock, duration, num, str } from './format';
 import { ILiveOptions, IN_FLIGHT, P, STATE_ORDER, STATUS_LABEL, StopState } from './model';
+import { stacksControl } from './stacks';
 import { IRankSnapshot, IRunSnapshot } from './types';
 import { dataLine } from './usage';
 
@@ -60,6 +61,10 @@ function topLine(snap: IRunSnapshot, ranks: IRankSnapshot[], live: ILiveOptions 
   top.appendChild(el('span', `${P}-badge ${P}-status-${token(status)}`, STATUS_LABEL[status] ?? status));
   top.appendChild(el('span', `${P}-title`, str(snap.title) || '%%distribute'));
   top.appendChild(metaLine(snap, ranks, live));
+  const stacks = live ? stacksControl(status, live.stacks ?? live.stop) : null;
+  if (stacks) {
+    top.appendChild(stacks);
+  }
   const stop = live ? stopControl(status, live.stop) : null;
   if (stop) {
     top.appendChild(stop);
@@ -107,6 +112,9 @@ export function header(
   head.appendChild(topLine(snap, ranks, live));
   if (str(snap.headline)) {
     head.appendChild(el('div', `${P}-headline`, str(snap.headline)));
+  }
+  if (str(snap.stall)) {
+    head.appendChild(el('div', `${P}-stall`, str(snap.stall)));
   }
   const data = dataLine(snap.data);
   if (data) {

@@ -52,6 +52,8 @@ export type StopState = 'ready' | 'sent' | 'hint' | 'unreachable';
 /** Extras of the live view. */
 export interface ILiveOptions {
   stop: StopState;
+  /** The Stacks control (`stacks.ts`): the same states as Stop's. */
+  stacks?: StopState;
   /** Seconds since the snapshot arrived: clocks of a running run keep ticking. */
   extra: number;
 }

@@ -1,7 +1,8 @@
 /**
- * The JupyterLab / Notebook 7 plugin behind the live view's Stop button
- * (see `stop.ts`): a stop event from inside a notebook interrupts that
- * notebook's kernel.
+ * The JupyterLab / Notebook 7 plugin behind the live view's Stop and Stacks
+ * buttons (see `stop.ts`, `stacks.ts`): a stop event from inside a notebook
+ * interrupts that notebook's kernel; a stacks event asks it, over its control
+ * channel (`control.ts`), for every rank's stack.
  *
  * It finds the notebook through the application shell (the widget whose
  * node holds the button, with a `sessionContext`), so it needs no token from
@@ -9,10 +10,12 @@
  */
 import { Widget } from '@lumino/widgets';
 
+import { IControlKernel, sendRequest } from './control';
+import { STACKS_EVENT } from './stacks';
 import { STOP_EVENT, STOP_FLAG } from './stop';
 
 /** The parts of a notebook panel's session context we use. */
-interface IKernelLike {
+interface IKernelLike extends IControlKernel {
   interrupt(): Promise<void>;
 }
 
@@ -66,6 +69,13 @@ const plugin = {
       kernel.interrupt().catch(reason => {
         console.error('jupyter-torchdist: could not interrupt the kernel', reason);
       });
+    });
+    document.addEventListener(STACKS_EVENT, event => {
+      const origin = event.composedPath()[0];
+      const kernel = origin instanceof Node ? kernelFor(app, origin) : null;
+      if (kernel && sendRequest(kernel, { want: 'stacks' })) {
+        event.preventDefault();
+      }
     });
     (window as unknown as Record<string, unknown>)[STOP_FLAG] = true;
   }

@@ -13,6 +13,7 @@ import { num, str } from './format';
 import { header } from './header';
 import { logsSection } from './logs';
 import { ILiveOptions, IViewState, P } from './model';
+import { stacksSection } from './stacks';
 import { rankTable } from './table';
 import { IRankSnapshot, IRunError, IRunSnapshot } from './types';
 
@@ -81,6 +82,10 @@ export function renderReport(
     none.dataset.k = 'none';
     report.appendChild(none);
     return report;
+  }
+  const stacks = stacksSection(snap, ranks, state, live !== null);
+  if (stacks) {
+    report.appendChild(stacks);
   }
   const rootRank = error ? num(error.rank) : null;
   const logsOpen = state.details.logs ?? error !== null;

@@ -137,7 +137,15 @@ function rankRow(r: IRankSnapshot, marks: IRowMarks, live: ILiveOptions | null):
   row.appendChild(el('td', `${P}-num ${P}-rankId`, String(marks.id)));
   row.appendChild(hostCell(r));
   const stateCell = el('td');
-  stateCell.appendChild(el('span', `${P}-pill ${P}-state-${token(s)}`, s));
+  const paused = str(r.paused);
+  stateCell.appendChild(
+    paused
+      ? el('span', `${P}-pill ${P}-state-paused`, `paused (${paused})`)
+      : el('span', `${P}-pill ${P}-state-${token(s)}`, s)
+  );
+  if (paused) {
+    row.dataset.paused = paused;
+  }
   row.appendChild(stateCell);
   row.appendChild(progressCell(r));
   row.appendChild(el('td', `${P}-num ${P}-rate`, rate(r.rate)));

@@ -28,6 +28,27 @@ export interface IDataJob {
   seconds?: number | null;
 }
 
+/** One line of a rank's stack, outermost first. */
+export interface IFrame {
+  /** "cell line 4", "train.py line 12". */
+  where?: string;
+  name?: string;
+  code?: string;
+  /** What the line is calling now ("dist.all_reduce"), when known. */
+  call?: string;
+  /** 0: the user's code; n > 0: n library frames folded into this line. */
+  library?: number;
+}
+
+/** Where a rank is: its stack when last asked (Stacks, a stall, a stop). */
+export interface IPlace {
+  /** "waiting in all_reduce at cell line 4 for 15.2 s". */
+  summary?: string;
+  frames?: IFrame[];
+  /** How long ago the stack was taken. */
+  age_s?: number | null;
+}
+
 /** One rank's row. */
 export interface IRankSnapshot {
   rank?: number;
@@ -48,6 +69,9 @@ export interface IRankSnapshot {
   log_tail?: Array<[string, string]>;
   loss_history?: Array<[number, number]>;
   usage?: IUsage | null;
+  place?: IPlace | null;
+  /** "pdb" or "post-mortem" while its debugger waits for the user. */
+  paused?: string | null;
 }
 
 /** A failure of another rank, shown below the root cause. */
@@ -83,4 +107,6 @@ export interface IRunSnapshot {
   notices?: string[];
   data?: IDataJob | null;
   ranks?: IRankSnapshot[];
+  /** No rank moves and one waits in a collective: what the view says (the run goes on). */
+  stall?: string | null;
 }

@@ -15,6 +15,8 @@ const P = 'jp-TorchDist';
 export interface IReportViewOptions {
   /** Called when the user presses the live view's Stop button. */
   onStop?: (button: HTMLElement) => void;
+  /** Called when the user presses the live view's Stacks button. */
+  onStacks?: (button: HTMLElement) => void;
 }
 
 function atBottom(node: HTMLElement): boolean {
@@ -27,6 +29,7 @@ export class ReportView {
     this._root.className = `${P}-root`;
     host.appendChild(this._root);
     this._onStop = options.onStop ?? null;
+    this._onStacks = options.onStacks ?? null;
     this._root.addEventListener('click', this._click);
     // toggle and scroll do not bubble: listen in the capture phase.
     this._root.addEventListener('toggle', this._toggle, true);
@@ -100,6 +103,10 @@ export class ReportView {
       case 'stop':
         this._onStop?.(hit);
         break;
+      case 'stacks':
+        this._state.details.stacks = true; // the answers open where the user looks
+        this._onStacks?.(hit);
+        break;
     }
   };
 
@@ -133,6 +140,7 @@ export class ReportView {
 
   private readonly _root: HTMLElement;
   private readonly _onStop: ((button: HTMLElement) => void) | null;
+  private readonly _onStacks: ((button: HTMLElement) => void) | null;
   private _data: unknown = null;
   private _live: ILiveOptions | null = null;
   private _state: IViewState = emptyState();

@@ -7,6 +7,7 @@
  * snapshots (the kernel only sends one when something changed).
  */
 import { IN_FLIGHT, ILiveOptions, StopState } from './render';
+import { requestStacks } from './stacks';
 import { requestStop, stopAvailable } from './stop';
 import { ReportView } from './view';
 
@@ -34,7 +35,10 @@ class LiveWidget {
     el: HTMLElement
   ) {
     el.classList.add('jp-TorchDist', 'jp-TorchDist-widget');
-    this.view = new ReportView(el, { onStop: button => this.onStop(button) });
+    this.view = new ReportView(el, {
+      onStop: button => this.onStop(button),
+      onStacks: button => this.onStacks(button)
+    });
     model.on('change:snapshot', this.onChange);
     // A view scrolled out of sight (a long notebook) costs nothing until it is seen again.
     this.watcher =
@@ -70,7 +74,14 @@ class LiveWidget {
     if (this.stop === 'hint' && stopAvailable()) {
       this.stop = 'ready'; // the plugin activated after this view was first drawn
     }
-    const live: ILiveOptions = { stop: this.stop, extra: (performance.now() - this.received) / 1000 };
+    if (this.stacks === 'hint' && stopAvailable()) {
+      this.stacks = 'ready';
+    }
+    const live: ILiveOptions = {
+      stop: this.stop,
+      stacks: this.stacks,
+      extra: (performance.now() - this.received) / 1000
+    };
     this.view.render(this.model.get('snapshot'), live);
   };
 
@@ -98,10 +109,22 @@ class LiveWidget {
     this.draw();
   }
 
+  private onStacks(button: HTMLElement): void {
+    this.stacks = requestStacks(button) ? 'sent' : stopAvailable() ? 'unreachable' : 'hint';
+    this.draw();
+    if (this.stacks === 'sent') {
+      window.setTimeout(() => {
+        this.stacks = 'ready'; // the answers come with the next snapshots; another press asks again
+        this.schedule();
+      }, 1500);
+    }
+  }
+
   private readonly view: ReportView;
   private readonly watcher: IntersectionObserver | null;
   private readonly tick: number;
   private stop: StopState = stopAvailable() ? 'ready' : 'hint';
+  private stacks: StopState = stopAvailable() ? 'ready' : 'hint';
   private received = performance.now();
   private frame = 0;
   private visible = true;

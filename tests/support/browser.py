@@ -132,6 +132,7 @@ class Lab:
         (config / "labconfig" / "page_config.json").write_text(json.dumps(
             {"disabledExtensions": {"@jupyterlab/apputils-extension:announcements": True}}))
         env = dict(os.environ, JUPYTER_CONFIG_DIR=str(config), JUPYTER_RUNTIME_DIR=str(self.tmp / "runtime"))
+        env["JUPYTER_PATH"] = os.pathsep.join(filter(None, [self._checkout_labextension(), env.get("JUPYTER_PATH")]))
         env.pop("JUPYTER_TORCHDIST_WARMUP", None)  # as a user has it: Spark warms up on %load_ext
         self.log = open(self.tmp / "server.log", "wb")
         self.proc = subprocess.Popen(
@@ -149,6 +150,19 @@ class Lab:
             except OSError:
                 time.sleep(0.2)
         raise RuntimeError(f"{self.APP[1]} did not answer in 60 s")
+
+    def _checkout_labextension(self) -> str | None:
+        """A data folder whose labextension is this checkout's build, found before any installed copy (JupyterLab
+        takes an extension from the first folder that has it): the browser tests test the code they sit beside."""
+        built = ROOT / "jupyter_torchdist" / "labextension"
+        if not (built / "package.json").is_file():
+            return None
+        data = self.tmp / "jupyter-data"
+        (data / "labextensions").mkdir(parents=True, exist_ok=True)
+        link = data / "labextensions" / "jupyter-torchdist"
+        if not link.exists():
+            link.symlink_to(built, target_is_directory=True)
+        return str(data)
 
     def api(self, path: str) -> str:
         return f"{self.base}/api/{path}?token={self.token}"

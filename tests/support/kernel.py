@@ -5,12 +5,16 @@ import contextlib
 import os
 import queue
 import time
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, Union
 
 from jupyter_client.manager import KernelManager
 
 from .procs import descendants_of
+
+# What a test types at input() prompts: a function of the prompt (None: leave it unanswered), or the lines in order
+Answers = Union[Callable[[str], Union[str, None]], list[str]]
+Watch = Callable[[dict[str, Any]], None]
 
 
 class Kernel:
@@ -29,17 +33,23 @@ class Kernel:
         self.kc.wait_for_ready(timeout=60)
         self.pid = self.km.provisioner.process.pid if self.km.provisioner else None
 
-    def execute(self, code: str, timeout: float = 180, interrupt_after: float | None = None) -> dict[str, Any]:
-        """Run a cell; returns {'status', 'outputs', 'error', 'payload', 'seconds'} (display updates applied)."""
+    def execute(self, code: str, timeout: float = 180, interrupt_after: float | None = None,
+                answers: Answers | None = None, watch: Watch | None = None) -> dict[str, Any]:
+        """Run a cell; returns {'status', 'outputs', 'error', 'payload', 'seconds', 'prompts'} (display updates
+        applied). With ``answers`` the cell may call input(): each prompt is answered (and kept in 'prompts').
+        ``watch`` sees every message the cell sends on iopub as it comes (widget updates included)."""
         t0 = time.monotonic()
-        msg_id = self.kc.execute(code)
+        msg_id = self.kc.execute(code, allow_stdin=answers is not None)
         outputs: list[dict[str, Any]] = []
         by_display: dict[str, int] = {}
         interrupted = False
+        prompts: list[str] = []
         while True:
             if interrupt_after is not None and not interrupted and time.monotonic() - t0 > interrupt_after:
                 self.km.interrupt_kernel()
                 interrupted = True
+            if answers is not None:
+                self._answer(answers, prompts)
             try:
                 msg = self.kc.get_iopub_msg(timeout=0.2)
             except queue.Empty:
@@ -48,6 +58,8 @@ class Kernel:
                 continue
             if msg["parent_header"].get("msg_id") != msg_id:
                 continue
+            if watch is not None:
+                watch(msg)
             kind, content = msg["msg_type"], msg["content"]
             if kind == "status" and content["execution_state"] == "idle":
                 break
@@ -67,7 +79,21 @@ class Kernel:
         errors = [o for o in outputs if o["output_type"] == "error"]
         return {"status": reply["content"]["status"], "outputs": outputs, "error": errors[0] if errors else None,
                 "payload": reply["content"].get("payload", []), "seconds": time.monotonic() - t0,
-                "execution_count": reply["content"].get("execution_count")}
+                "execution_count": reply["content"].get("execution_count"), "prompts": prompts}
+
+    def _answer(self, answers: Answers, prompts: list[str]) -> None:
+        """Answer an input_request waiting on the stdin channel, as a front end's input box would."""
+        try:
+            msg = self.kc.get_stdin_msg(timeout=0.01)
+        except queue.Empty:
+            return
+        if msg["msg_type"] != "input_request":
+            return
+        prompt = msg["content"]["prompt"]
+        prompts.append(prompt)
+        line = answers(prompt) if callable(answers) else (answers.pop(0) if answers else "")
+        if line is not None:
+            self.kc.input(line)
 
     def text(self, result: dict[str, Any]) -> str:
         """Everything a user would read: streams, plain-text data, error tracebacks."""

@@ -84,3 +84,17 @@ def test_wait_takes_seconds_and_zero_fails_at_once():
     for bad in ("--wait -1", "--wait nan", "--wait soon"):
         with pytest.raises(OptionsError, match="--wait"):
             parse_options(f"-n 2 {bad}")
+
+
+def test_stall_after_takes_seconds_zero_is_never_and_pdb_is_a_switch_shown_in_the_report():
+    from jupyter_torchdist.options import DEFAULT_STALL_AFTER_S
+
+    assert parse_options("-n 2").stall_after == DEFAULT_STALL_AFTER_S and not parse_options("-n 2").pdb
+    options = parse_options("-n 2 --stall-after 5 --pdb")
+    assert options.stall_after == 5.0 and options.pdb
+    assert options.summary()["pdb"] is True and options.summary()["stall_after"] == 5.0
+    assert "pdb" not in parse_options("-n 2").summary(), "defaults stay out of the report's option chips"
+    assert parse_options("--stall-after 0").stall_after == 0.0
+    for bad in ("--stall-after -1", "--stall-after inf", "--stall-after soon"):
+        with pytest.raises(OptionsError, match="--stall-after"):
+            parse_options(f"-n 2 {bad}")

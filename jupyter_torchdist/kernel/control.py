@@ -1,0 +1,51 @@
+"""Requests from the live view that reach a busy kernel: a handler on the kernel's control channel.
+
+While a ``%%distribute`` cell runs, the kernel's main thread is in the run and its shell channel (widget
+messages included) waits for the cell. ipykernel reads the control channel on a thread of its own, so the
+JupyterLab plugin sends the Stacks control's request there (``labextension/src/control.ts``) as a message of
+type ``REQUEST_TYPE``; the handler, registered by ``%load_ext``, hands it to the run going on (a message in its
+inbox) and replies at once. Kernels without a control thread or a handler table (other kernels, old
+ipykernels) are left alone: the view then shows the hint, and an interrupt still shows where each rank was.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any, Final
+
+from .debugging import want_stacks
+
+__all__ = ["register", "unregister", "REQUEST_TYPE", "REPLY_TYPE"]
+
+REQUEST_TYPE: Final = "jupyter_torchdist_request"
+REPLY_TYPE: Final = "jupyter_torchdist_reply"
+
+
+def _handlers(shell: Any) -> dict[str, Any] | None:
+    handlers = getattr(getattr(shell, "kernel", None), "control_handlers", None)
+    return handlers if isinstance(handlers, dict) else None
+
+
+def _on_request(kernel: Any, stream: Any, ident: Any, parent: dict[str, Any]) -> None:
+    """Runs on the kernel's control thread: pass the request on, never block, never raise."""
+    content = parent.get("content") if isinstance(parent, dict) else None
+    want = content.get("want") if isinstance(content, dict) else None
+    accepted = want_stacks() if want == "stacks" else False
+    try:
+        kernel.session.send(stream, REPLY_TYPE, {"status": "ok", "accepted": accepted}, parent, ident)
+    except Exception:
+        pass  # the request was handed on all the same; a front end that went away needs no reply
+
+
+def register(shell: Any) -> bool:
+    """Take the live view's requests in this shell's kernel; False where the kernel has no control handlers."""
+    handlers = _handlers(shell)
+    if handlers is None:
+        return False
+    handlers[REQUEST_TYPE] = functools.partial(_on_request, shell.kernel)
+    return True
+
+
+def unregister(shell: Any) -> None:
+    handlers = _handlers(shell)
+    if handlers is not None:
+        handlers.pop(REQUEST_TYPE, None)
