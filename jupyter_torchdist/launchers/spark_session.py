@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -31,6 +32,7 @@ _embedded: Any = None
 _log_path: str | None = None
 _warm_thread: threading.Thread | None = None
 _conf_cache: dict[int, tuple[Any, dict[str, str]]] = {}
+timeline: dict[str, float] = {}  # the warm-up's moments (time.time()): where a fresh notebook's seconds go
 
 
 def embedded_slots() -> int:
@@ -236,11 +238,15 @@ def warm_up_async(before: Callable[[], object] | None = None,
 
     def warm() -> None:
         try:
+            timeline["warm_up_began"] = time.time()
             if before is not None:
                 before()
+            timeline["session_asked"] = time.time()
             spark, _ = get_session()
+            timeline["session_up"] = time.time()
             n = min(WARM_WORKERS, slots_available(spark))
             spark.sparkContext.parallelize(range(n), n).mapPartitions(_warm_task).collect()
+            timeline["workers_warm"] = time.time()
         except Exception:
             pass  # the run itself will say what is wrong
         finally:
