@@ -139,10 +139,9 @@ def test_a_script_and_the_torch_distributor_class_across_hosts(hosts, tmp_path):
     assert r["status"] == "ok" and "6.0)" in kernel.text(r), kernel.text(r)
 
 
+@pytest.mark.parametrize("hosts", ["resolving"], indirect=True)  # one layout is enough
 def test_a_slow_link_is_not_a_lost_host(hosts):
     made, kernel, layout = hosts
-    if layout != "resolving":
-        pytest.skip("one layout is enough for the slow link")
     rate_limit(made, 1, "20mbit")
     r = kernel.execute("%%distribute -n 2\nimport torch, torch.distributed as dist, time\nt = torch.ones(1 << 20)\n"
                        "for _ in range(5):\n    dist.all_reduce(t)\n    time.sleep(1)\nt[0].item()", timeout=180)
@@ -166,10 +165,9 @@ def _fault_while_training(kernel: Kernel, after_s: float, fault) -> tuple[dict, 
     return done["r"], kernel.text(done["r"]), time.monotonic() - at
 
 
+@pytest.mark.parametrize("hosts", ["debian"], indirect=True)  # one layout is enough
 def test_a_lost_host_is_named_within_20_s_and_the_kernel_stays_usable(hosts):
     made, kernel, layout = hosts
-    if layout != "debian":
-        pytest.skip("one layout is enough for a lost host (it ends this module's cluster)")
     r = kernel.execute(f"%%distribute -n 2 --keep --all-ranks\n{ALL_REDUCE}", timeout=180)  # a slot on each host
     assert r["status"] == "ok" and sorted(h for h, _ in _values(r)) == ["tdh1", "tdh2"], kernel.text(r)
     r, text, named = _fault_while_training(kernel, 12, lambda: link_down(made, 1))
@@ -190,10 +188,9 @@ def test_a_lost_host_is_named_within_20_s_and_the_kernel_stays_usable(hosts):
     print(f"[{layout}] the next run on the remaining host: {time.monotonic() - t0:.1f} s")
 
 
+@pytest.mark.parametrize("hosts", ["debian"], indirect=True)  # one layout is enough
 def test_a_worker_killed_mid_run_is_named_with_its_host(hosts):
     made, kernel, layout = hosts
-    if layout != "debian":
-        pytest.skip("one layout is enough for a killed worker (after the lost host: both ranks on tdh1)")
     r, text, named = _fault_while_training(kernel, 8, lambda: kill_worker(made, 0))
     assert r["status"] == "error" and re.search(r"rank \d on tdh1 \(198\.18\.0\.11\) failed first", text), text
     print(f"[{layout}] killed worker named {named:.1f} s after it died")
@@ -217,10 +214,9 @@ for s in range(step, 150):
 """
 
 
+@pytest.mark.parametrize("hosts", ["resolving"], indirect=True)  # one layout is enough
 def test_a_host_lost_mid_run_with_restarts_finishes_on_the_remaining_host(hosts, tmp_path):
     made, kernel, layout = hosts
-    if layout != "resolving":
-        pytest.skip("one layout is enough for a restart after a lost host (it ends this module's cluster)")
     ckpt, where = tmp_path / "ckpt", tmp_path / "where"  # the hosts share this machine's file system
     where.mkdir()
     done: dict[str, dict] = {}
