@@ -92,7 +92,8 @@ def _optimizer_checks() -> dict:
     except AssertionError as exc:
         out["zero_grad-mid-accumulation"] = str(exc)
     batch_loss(model, hvd.rank(), 1).backward()
-    out["launched-in-backward"] = opt._hvd_reducer._next == len(opt._hvd_reducer.buckets)  # before step()
+    reducer = opt._hvd_reducer  # before step(): this layout was agreed by the steps above, so no round waits
+    out["launched-in-backward"] = reducer._launched == len(reducer.buckets) and reducer._round is None
     opt.step()
     sched.step()
     state = opt.state_dict()
