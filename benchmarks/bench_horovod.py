@@ -7,9 +7,11 @@ The same training loop as bench_throughput (jobs._model: a small MLP on random v
 of one run (``jupyter_torchdist.run(..., n=2, all_ranks=True)``):
 
 - ``ddp``: ``DistributedDataParallel(model)``;
-- ``hvd``: ``hvd.DistributedOptimizer(opt, named_parameters=...)`` as users get it (the join protocol on: one
-  tiny control allreduce per round of gradient buckets, so that ``hvd.join()`` works);
-- ``hvd_nojoin``: the same with ``JUPYTER_TORCHDIST_HOROVOD_JOIN=0`` (DDP's exact traffic, no ``join()``).
+- ``hvd``: ``hvd.DistributedOptimizer(opt, named_parameters=...)`` as users get it (collectives negotiated, so
+  that ``hvd.join()`` and the mismatch checks work: the layout's first step is agreed by every rank, later steps
+  send their buckets on the layout's own gloo group with no control message);
+- ``hvd_nojoin``: the same with ``JUPYTER_TORCHDIST_HOROVOD_JOIN=0`` (no negotiation: DDP's exact traffic on the
+  default group, no ``join()``).
 
 Each round runs every variant once on a fresh model (the order rotates each round, so drifting load hits every
 variant alike); each times steps ``warmup``..``steps`` after a barrier. The value per variant and round is the mean
