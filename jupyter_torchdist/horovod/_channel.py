@@ -27,7 +27,7 @@ import torch.distributed as dist
 
 from ._decide import (ALL_JOINED, ASYNC, JOINED, LAUNCH, MISMATCH, REFUSED, STALLED, WAITING, Decision, Proposal,
                       decide, decode, encode)
-from ._errors import JoinedRankError
+from ._errors import HorovodInternalError, JoinedRankError
 from ._layouts import Layouts
 from ._handles import PENDING, Handle
 from ._request import ALLREDUCE, CUDA_FLAG, GRADIENTS, Request, dtype_of
@@ -114,7 +114,7 @@ class Channel:
     def close(self, reason: str) -> None:
         """Fail every pending request (``shutdown()``); their ``synchronize`` raises ``reason``."""
         for handle in self.pending:
-            handle.fail(RuntimeError(reason))
+            handle.fail(HorovodInternalError(reason))
         self.pending.clear()
 
     # -- rounds -------------------------------------------------------------------------------------------------
