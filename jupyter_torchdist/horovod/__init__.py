@@ -3,77 +3,106 @@
 ``python -m jupyter_torchdist -np N python script.py`` (horovodrun's spelling) or
 ``torchrun --nproc-per-node N script.py``, or a function with ``jupyter_torchdist.horovod.spark.run(fn,
 num_proc=N)`` (``horovod.spark.run``: every rank's value, in rank order). No Horovod, MPI or horovodrun is
-needed: every call is a torch.distributed collective on the default process group (gloo for CPU tensors, NCCL
-for CUDA tensors).
+needed: every call is a torch.distributed collective (gloo for CPU tensors, NCCL for CUDA tensors) on the default
+process group or on a process set's group.
 
 Supported, with Horovod's signatures and semantics:
 
-- ``init()`` (adopts the running process group, or creates one from RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT),
-  ``shutdown()``, ``is_initialized()``, ``size()``, ``rank()``, ``local_size()``, ``local_rank()``,
-  ``cross_size()``, ``cross_rank()``. Calls before ``init()`` raise ValueError, as in Horovod.
-- ``allreduce``, ``allreduce_``, ``allreduce_async``, ``allreduce_async_`` with ops ``Average`` (default), ``Sum``,
-  ``Min``, ``Max``, ``Product``, the deprecated ``average=`` flag, ``prescale_factor``/``postscale_factor`` and
-  ``compression=`` (``Compression.none``, ``Compression.fp16``). Average on integer tensors truncates toward zero.
-- ``allgather`` / ``allgather_async`` (first dimensions may differ), ``allgather_object``.
+- ``init(process_sets=None)`` (adopts the running process group, or creates one from RANK/WORLD_SIZE/MASTER_ADDR/
+  MASTER_PORT; ``init()`` again after ``shutdown()`` works), ``shutdown()``, ``is_initialized()``, ``size()``,
+  ``rank()``, ``local_size()``, ``local_rank()``, ``cross_size()``, ``cross_rank()``, ``is_homogeneous()``.
+  Calls before ``init()`` raise ValueError, as in Horovod.
+- ``allreduce``, ``allreduce_``, ``allreduce_async``, ``allreduce_async_`` and ``grouped_allreduce`` (+ ``_``,
+  ``_async``, ``_async_``; one collective for the list) with ops ``Average`` (default), ``Sum``, ``Min``, ``Max``,
+  ``Product``, the deprecated ``average=`` flag, ``prescale_factor``/``postscale_factor`` and ``compression=``
+  (``Compression.none``, ``Compression.fp16``). Average on integer tensors truncates toward zero.
+- ``reducescatter``/``reducescatter_async``/``grouped_reducescatter`` (Average or Sum, scale factors; rank r keeps
+  ``d // n`` rows of dim 0, one more when ``r < d % n``, as in Horovod).
+- ``allgather``/``allgather_async``/``grouped_allgather`` (first dimensions may differ), ``allgather_object``.
 - ``broadcast``, ``broadcast_``, ``broadcast_async``, ``broadcast_async_``, ``broadcast_object``,
   ``broadcast_parameters`` (state_dict, dict, or list/iterable of tensors or (name, tensor) pairs),
-  ``broadcast_optimizer_state`` (also when the other ranks have no optimizer state yet).
+  ``broadcast_optimizer_state`` (Horovod's state initialisation included: zero gradients on the trainable
+  parameters of an optimizer without state; the parameters themselves are left as they were).
 - ``alltoall`` / ``alltoall_async``: returns the received tensor, or ``(tensor, received_splits)`` when ``splits``
   is given (Horovod >= 0.23).
-- ``allreduce``, ``allgather``, ``broadcast`` and ``alltoall`` are differentiable, with Horovod's gradients.
-- ``synchronize(handle)``, ``poll(handle)``, ``barrier()``, ``join(device=-1)``: a rank out of data joins; the
-  others' allreduces then see zeros from it (an Average still divides by ``size()``), allgather, broadcast and
-  alltoall raise while any rank has joined, and ``join`` returns the last rank to join.
+- ``sparse_allreduce_async`` (allgathers indices and values; returns a function giving the result).
+- Every collective is differentiable where Horovod's is, with Horovod's gradients, and takes ``name=`` and
+  ``process_set=``. Every dtype Horovod supports on CPU works in every collective (uint8, int8, int16, int32,
+  int64, float16, bfloat16, float32, float64, bool; gloo lacks int16, which travels as int32 or as bytes, exactly).
+- ``synchronize(handle)``, ``poll(handle)``, ``barrier(process_set)``, ``join(device=-1)``: a rank out of data
+  joins; the others' allreduces then see zeros from it (an Average still divides by ``size()``), their other
+  collectives raise ``JoinedRankError``, and ``join`` returns the last rank to join.
+- Process sets: ``ProcessSet(ranks)``, ``add_process_set``, ``remove_process_set`` (every rank calls them, as
+  ``torch.distributed.new_group``), ``global_process_set``; a rank outside a set that calls a collective on it gets
+  Horovod's ``HorovodInternalError``.
 - ``DistributedOptimizer(optimizer, named_parameters, compression, backward_passes_per_step, op,
-  gradient_predivide_factor, num_groups, groups, sparse_as_dense)``: gradients are averaged in ~25 MB buckets
-  while backward runs, like DDP, with the same results; ``synchronize()``, ``skip_synchronize()``.
-- ``global_process_set`` (accepted as ``process_set=``), ``mpi_enabled()``/``mpi_built()`` (False),
-  ``gloo_enabled()``, ``gloo_built()``, ``nccl_built()``, ``cuda_built()``, ``rocm_built()`` (what torch has),
-  ``ddl_built()``/``ccl_built()`` (False).
+  gradient_predivide_factor, num_groups, groups, sparse_as_dense, process_set)``: gradients are averaged in ~25 MB
+  buckets while backward runs, like DDP, with the same results; sparse gradients are allgathered as Horovod does
+  (or reduced dense with ``sparse_as_dense=True``); ``synchronize()``, ``skip_synchronize()``,
+  ``_parameter_names``.
+- ``SyncBatchNorm`` (torch's ``torch.nn.SyncBatchNorm``), ``HorovodInternalError`` (a RuntimeError: failed or
+  refused collectives), ``HostsUpdatedInterrupt`` (exists for code that catches it; never raised),
+  ``mpi_enabled()``/``mpi_built()`` (False), ``gloo_enabled()``, ``gloo_built()``, ``nccl_built()``,
+  ``cuda_built()``, ``rocm_built()`` (what torch has), ``ddl_built()``/``ccl_built()`` (False).
 
 Not supported: each raises ``HorovodUnsupportedError`` (a NotImplementedError) at once, naming the torch way:
-``Adasum`` (use ``op=hvd.Average``), elastic training (``hvd.elastic``: use ``torchrun --nnodes MIN:MAX``),
-process sets (``add_process_set``, ``ProcessSet``, ``process_set=`` other than the global set: use
-``torch.distributed.new_group(ranks)``), ``mpi_threads_supported``, ``init(comm=...)``, the timeline (use
-``torch.profiler``), ``SyncBatchNorm`` (use ``torch.nn.SyncBatchNorm``), ``reducescatter`` and the ``grouped_*``
-calls, and sparse gradients without ``sparse_as_dense=True``. Any other Horovod name fails the same way.
+``Adasum`` (use ``op=hvd.Average``), elastic training (``hvd.elastic``: use ``torchrun --nnodes MIN:MAX``), the
+timeline (``start_timeline``: use ``torch.profiler``), ``mpi_threads_supported`` and ``init(comm=...)`` (no MPI).
+Any other name Horovod does not have either fails the same way.
 
-How it differs underneath: a rank inside ``join()`` learns of the others' allreduces from a tiny control
-all_reduce issued before each collective (see ``_control``); collectives called directly through
-torch.distributed bypass it. For a tiny, latency-bound model that message can cost up to ~25% of a step on gloo;
-``JUPYTER_TORCHDIST_HOROVOD_JOIN=0`` (on every rank) turns it off, and ``join()`` with it. ``name=`` arguments
-are accepted and unused (torch.distributed matches collectives by order, so every rank must issue them in the
-same order, as with DDP).
+Underneath (see ``_channel``): torch.distributed matches collectives by their order and trusts the shapes, so
+before any data moves, the ranks of the set agree on each collective in a small fixed-size all_gather (Horovod does
+this through its coordinator). Ranks that call the same collective with different shapes, dtypes, ops, scale
+factors or roots raise ``MismatchError`` (a ``HorovodInternalError`` and a ValueError) together, naming each rank's
+side, and the group stays usable; ranks that each wait on a collective no other rank waits on raise
+``StalledError`` where Horovod would hang; named collectives issued in different orders are matched by name; a
+name still in flight on a rank is refused with ValueError there; a rank inside ``join()`` takes part with zeros.
+A DistributedOptimizer's step is one such agreement, started with the first gradient and waited for only before
+the first bucket goes out. ``JUPYTER_TORCHDIST_HOROVOD_JOIN=0`` (on every rank) skips the agreement: DDP's exact
+traffic, without join(), name matching or mismatch checks. Collectives called directly through torch.distributed
+bypass it all.
 """
 from __future__ import annotations
 
 import importlib
 from typing import Any
 
-from ._basics import (ProcessSetAll, ccl_built, cross_rank, cross_size, cuda_built, ddl_built, global_process_set,
-                      gloo_built, gloo_enabled, init, is_initialized, local_rank, local_size, mpi_built, mpi_enabled,
+from torch.nn import SyncBatchNorm
+
+from ._allgather import allgather, allgather_async, grouped_allgather, grouped_allgather_async
+from ._alltoall import alltoall, alltoall_async
+from ._basics import (ccl_built, cross_rank, cross_size, cuda_built, ddl_built, gloo_built, gloo_enabled, init,
+                      is_homogeneous, is_initialized, local_rank, local_size, mpi_built, mpi_enabled,
                       mpi_threads_supported, nccl_built, rank, rocm_built, shutdown, size)
-from ._collectives import (allgather, allgather_async, allgather_object, alltoall, alltoall_async, broadcast,
-                           broadcast_, broadcast_async, broadcast_async_, broadcast_object)
+from ._broadcast import broadcast, broadcast_, broadcast_async, broadcast_async_
 from ._compression import Compression, Compressor, FP16Compressor, NoneCompressor
-from ._control import join
-from ._errors import (HorovodLaunchError, HorovodNotInitializedError, HorovodUnsupportedError, JoinedRankError,
-                      unsupported)
+from ._errors import (HorovodInternalError, HorovodLaunchError, HorovodNotInitializedError, HorovodUnsupportedError,
+                      HostsUpdatedInterrupt, JoinedRankError, MismatchError, StalledError, unsupported)
 from ._functions import broadcast_optimizer_state, broadcast_parameters
-from ._ops import (Adasum, Average, Handle, Max, Min, Product, ReduceOp, Sum, allreduce, allreduce_, allreduce_async,
-                   allreduce_async_, barrier, poll, synchronize)
+from ._grouped import grouped_allreduce, grouped_allreduce_, grouped_allreduce_async, grouped_allreduce_async_
+from ._handles import Handle, poll, synchronize
+from ._objects import allgather_object, broadcast_object, sparse_allreduce_async
+from ._ops import (Adasum, Average, Max, Min, Product, ReduceOp, Sum, allreduce, allreduce_, allreduce_async,
+                   allreduce_async_, barrier, join)
 from ._optimizer import DistributedOptimizer
+from ._process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set
+from ._reducescatter import (grouped_reducescatter, grouped_reducescatter_async, reducescatter,
+                             reducescatter_async)
 
 __all__ = [
     "init", "shutdown", "is_initialized", "size", "rank", "local_size", "local_rank", "cross_size", "cross_rank",
-    "Average", "Sum", "Min", "Max", "Product", "Adasum", "ReduceOp", "Compression", "Compressor", "NoneCompressor",
-    "FP16Compressor", "allreduce", "allreduce_", "allreduce_async", "allreduce_async_", "allgather",
-    "allgather_async", "allgather_object", "broadcast", "broadcast_", "broadcast_async", "broadcast_async_",
-    "broadcast_object", "broadcast_parameters", "broadcast_optimizer_state", "alltoall", "alltoall_async",
-    "synchronize", "poll", "barrier", "join", "Handle", "DistributedOptimizer", "global_process_set",
-    "ProcessSetAll", "mpi_threads_supported", "mpi_enabled", "mpi_built", "gloo_enabled", "gloo_built",
-    "nccl_built", "ddl_built", "ccl_built", "cuda_built", "rocm_built", "HorovodUnsupportedError",
-    "HorovodNotInitializedError", "HorovodLaunchError", "JoinedRankError",
+    "is_homogeneous", "Average", "Sum", "Min", "Max", "Product", "Adasum", "ReduceOp", "Compression", "Compressor",
+    "NoneCompressor", "FP16Compressor", "allreduce", "allreduce_", "allreduce_async", "allreduce_async_",
+    "grouped_allreduce", "grouped_allreduce_", "grouped_allreduce_async", "grouped_allreduce_async_",
+    "sparse_allreduce_async", "allgather", "allgather_async", "grouped_allgather", "grouped_allgather_async",
+    "allgather_object", "broadcast", "broadcast_", "broadcast_async", "broadcast_async_", "broadcast_object",
+    "broadcast_parameters", "broadcast_optimizer_state", "alltoall", "alltoall_async", "reducescatter",
+    "reducescatter_async", "grouped_reducescatter", "grouped_reducescatter_async", "synchronize", "poll",
+    "barrier", "join", "Handle", "DistributedOptimizer", "SyncBatchNorm", "ProcessSet", "global_process_set",
+    "add_process_set", "remove_process_set", "mpi_threads_supported", "mpi_enabled", "mpi_built", "gloo_enabled",
+    "gloo_built", "nccl_built", "ddl_built", "ccl_built", "cuda_built", "rocm_built", "HorovodInternalError",
+    "HostsUpdatedInterrupt", "HorovodUnsupportedError", "HorovodNotInitializedError", "HorovodLaunchError",
+    "JoinedRankError", "MismatchError", "StalledError",
 ]
 
 

@@ -4,6 +4,11 @@ The process group is torch.distributed's default group. ``init()`` adopts one th
 launchers, torchrun scripts that called ``init_process_group``) and otherwise creates it from the torchrun-style
 environment. Only a group created here is ever destroyed here: the launchers own theirs, and a Python-side
 destroy of someone else's gloo group can deadlock in its teardown.
+
+``init()`` after ``shutdown()`` (Horovod allows it) creates a new group whose rendezvous keys live under a prefix of
+their own (``init.1/``, ``init.2/``...) in a store kept across inits: the env:// store outlives a destroyed group
+(torchrun's agent store always does), and a rank that re-initialises first must not find the previous group's
+addresses there, whose sockets are closed ("Gloo connectFullMesh failed ... Connection refused").
 """
 from __future__ import annotations
 
@@ -14,16 +19,19 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch.distributed.distributed_c10d import PrefixStore
+from torch.distributed.rendezvous import rendezvous
 
+from . import _process_sets
 from ._errors import HorovodLaunchError, HorovodNotInitializedError, HorovodUnsupportedError, UNSUPPORTED
 
 __all__ = ["init", "shutdown", "is_initialized", "size", "rank", "local_size", "local_rank", "cross_size",
-           "cross_rank", "mpi_threads_supported", "mpi_enabled", "mpi_built", "gloo_enabled", "gloo_built",
-           "nccl_built", "ddl_built", "ccl_built", "cuda_built", "rocm_built", "ProcessSetAll", "global_process_set",
-           "check_initialized", "check_process_set", "control_device", "join_protocol", "JOIN_ENV"]
+           "cross_rank", "is_homogeneous", "mpi_threads_supported", "mpi_enabled", "mpi_built", "gloo_enabled",
+           "gloo_built", "nccl_built", "ddl_built", "ccl_built", "cuda_built", "rocm_built", "check_initialized",
+           "control_device", "join_protocol", "JOIN_ENV"]
 
 _ENV = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
-JOIN_ENV = "JUPYTER_TORCHDIST_HOROVOD_JOIN"  # "0": no control messages, hence no join() (DDP's exact traffic)
+JOIN_ENV = "JUPYTER_TORCHDIST_HOROVOD_JOIN"  # "0": no control rounds, hence no join() (DDP's exact traffic)
 
 
 @dataclass
@@ -34,8 +42,11 @@ class _State:
     local_size: int = 1
     cross_rank: int = 0
     cross_size: int = 1
-    cpu_group: bool = True  # the default group takes CPU tensors (gloo in it), so control messages go on CPU
-    join_protocol: bool = True  # allreduces announce themselves so that join() works (see _control)
+    cpu_group: bool = True  # the default group takes CPU tensors (gloo in it), so control rounds go on CPU
+    join_protocol: bool = True  # collectives are negotiated first (see _channel), so join() works
+    store: Any = None  # the env:// rendezvous store, kept across init/shutdown (see the module docstring)
+    store_env: tuple[str, ...] = ()
+    generation: int = 0
 
 
 _state = _State()
@@ -55,8 +66,14 @@ def _create_group() -> None:
             f"{', '.join(missing)} not set. Launch the ranks with %%distribute -n N in a notebook "
             "(after %load_ext jupyter_torchdist), `python -m jupyter_torchdist -n N script.py`, "
             "or `torchrun --nproc-per-node N script.py`.")
+    env = tuple(os.environ[name] for name in _ENV)
+    if _state.store is None or _state.store_env != env:
+        _state.store, _, _ = next(rendezvous("env://"))
+        _state.store_env, _state.generation = env, 0
+    _state.generation += 1
+    store = PrefixStore(f"jupyter_torchdist.horovod/init.{_state.generation}", _state.store)
     backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
-    dist.init_process_group(backend, init_method="env://")
+    dist.init_process_group(backend, store=store, rank=int(env[0]), world_size=int(env[1]))
 
 
 def _host_layout() -> tuple[int, int, int, int]:
@@ -87,13 +104,12 @@ def init(comm: Any = None, process_sets: Any = None) -> None:
     """Adopt the default process group, or create it from RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT (env://).
 
     A no-op when already initialised. The backend created here is "cpu:gloo,cuda:nccl" when CUDA is available
-    (CPU and CUDA tensors share one group, as in Horovod) and "gloo" otherwise.
+    (CPU and CUDA tensors share one group, as in Horovod) and "gloo" otherwise. ``process_sets``: a list of
+    ``hvd.ProcessSet`` (or rank lists) registered at once, the same on every rank.
     """
     if comm is not None:
         raise HorovodUnsupportedError(f"hvd.init(comm=...) is not supported: {UNSUPPORTED['mpi_threads_supported']}; "
-                                      "init() takes the ranks from the launcher.")
-    if process_sets is not None:
-        raise HorovodUnsupportedError(f"hvd.init(process_sets=...) is not supported: {UNSUPPORTED['ProcessSet']}.")
+                                      "init() takes the ranks from the launcher (use process sets for subsets).")
     if _state.initialized and dist.is_initialized():
         return
     owns = not dist.is_initialized()
@@ -104,10 +120,19 @@ def init(comm: Any = None, process_sets: Any = None) -> None:
     _state.cpu_group = "cpu:" in config or config == "gloo"
     _state.join_protocol = os.environ.get(JOIN_ENV, "1").strip() != "0"
     _state.initialized, _state.owns_group = True, owns
+    _process_sets.setup(control_device(), _state.join_protocol)
+    for process_set in process_sets or ():
+        _process_sets.add_process_set(process_set)
 
 
 def shutdown() -> None:
-    """Forget the group; destroy it only if ``init()`` created it (a launcher's group stays up until its exit)."""
+    """Forget the group; destroy it only if ``init()`` created it (a launcher's group stays up until its exit).
+
+    Collectives still pending (the other ranks never reached them) fail: their ``synchronize`` raises.
+    """
+    if _state.initialized:
+        _process_sets.teardown("hvd.shutdown() was called before this collective ran on every rank",
+                               destroy_groups=not _state.owns_group and dist.is_initialized())
     if _state.initialized and _state.owns_group and dist.is_initialized():
         dist.destroy_process_group()
     _state.initialized = False
@@ -155,6 +180,12 @@ def cross_rank() -> int:
     return _state.cross_rank
 
 
+def is_homogeneous() -> bool:
+    """True when every host runs the same number of ranks."""
+    check_initialized()
+    return _state.local_size * _state.cross_size == dist.get_world_size()
+
+
 def control_device() -> torch.device:
     """Where small bookkeeping tensors go: CPU when the group has gloo, else this rank's current CUDA device."""
     if _state.cpu_group:
@@ -192,9 +223,12 @@ def gloo_built() -> bool:
     return dist.is_gloo_available()
 
 
-def nccl_built() -> bool:
-    """Whether this torch has NCCL."""
-    return dist.is_nccl_available()
+def nccl_built() -> int:
+    """NCCL's version as Horovod reports it (e.g. 21803 for 2.18.3; 2708 for 2.7.8), or 0 without NCCL."""
+    if not dist.is_nccl_available() or not torch.cuda.is_available():
+        return 0
+    major, minor, patch = torch.cuda.nccl.version()[:3]  # type: ignore[no-untyped-call]
+    return major * (10000 if (major, minor) >= (2, 9) else 1000) + minor * 100 + patch
 
 
 def ddl_built() -> bool:
@@ -215,30 +249,3 @@ def cuda_built() -> bool:
 def rocm_built() -> bool:
     """Whether this torch was built for ROCm."""
     return torch.version.hip is not None
-
-
-class ProcessSetAll:
-    """Horovod's global process set: all ranks. Passing it as ``process_set=`` is the same as passing nothing."""
-
-    process_set_id = 0
-
-    def size(self) -> int:
-        return size()
-
-    def rank(self) -> int:
-        return rank()
-
-    def included(self) -> bool:
-        return True
-
-    def __repr__(self) -> str:
-        return "hvd.global_process_set"
-
-
-global_process_set = ProcessSetAll()
-
-
-def check_process_set(process_set: Any) -> None:
-    """Only the global set exists; anything else fails at once rather than silently reducing over everyone."""
-    if process_set is not None and process_set is not global_process_set:
-        raise HorovodUnsupportedError(f"process_set={process_set!r}: {UNSUPPORTED['ProcessSet']}.")

@@ -1,13 +1,17 @@
-"""The errors this API raises, and the torch.distributed advice for every Horovod feature it does not have.
+"""The errors this API raises, and the torch.distributed advice for the few Horovod features it does not have.
 
 Unsupported features fail at once with ``HorovodUnsupportedError`` naming the torch.distributed way to do the
 same thing, never with a silent approximation. The class is also an ``AttributeError`` so that
 ``hasattr(hvd, "elastic")`` is simply False and ``getattr(hvd, name, default)`` works.
+
+Errors of a collective itself are ``HorovodInternalError`` (a RuntimeError), as in Horovod, where code written for
+Horovod catches them: ranks that disagree on a collective (``MismatchError``, also a ValueError), a collective
+refused while a rank has joined (``JoinedRankError``), a rank outside the process set it names.
 """
 from __future__ import annotations
 
-__all__ = ["HorovodUnsupportedError", "HorovodNotInitializedError", "HorovodLaunchError", "JoinedRankError",
-           "UNSUPPORTED", "unsupported"]
+__all__ = ["HorovodUnsupportedError", "HorovodNotInitializedError", "HorovodLaunchError", "HorovodInternalError",
+           "HostsUpdatedInterrupt", "JoinedRankError", "MismatchError", "StalledError", "UNSUPPORTED", "unsupported"]
 
 
 class HorovodUnsupportedError(NotImplementedError, AttributeError):
@@ -22,41 +26,46 @@ class HorovodLaunchError(RuntimeError):
     """``init()`` found neither a process group nor the environment variables to create one."""
 
 
-class JoinedRankError(RuntimeError):
-    """A collective that Horovod refuses while some rank has called ``join()`` (allgather, broadcast, alltoall)."""
+class HorovodInternalError(RuntimeError):
+    """A collective failed (Horovod's name: code written for Horovod catches it, elastic code included)."""
 
 
-_PROCESS_SETS = ("process sets are not supported: every collective here spans all ranks. For a subset of ranks "
-                 "use torch.distributed.new_group(ranks) and pass group= to torch.distributed calls")
+class HostsUpdatedInterrupt(RuntimeError):
+    """Horovod elastic's signal that the hosts changed; it exists so that code catching it imports, and is never
+    raised here (elastic training is not provided: see ``hvd.elastic``)."""
+
+    def __init__(self, skip_sync: bool = False) -> None:
+        super().__init__("the set of hosts changed")
+        self.skip_sync = skip_sync
+
+
+class JoinedRankError(HorovodInternalError):
+    """A collective that Horovod refuses while some rank has called ``join()`` (all but allreduce and barrier)."""
+
+
+class MismatchError(HorovodInternalError, ValueError):
+    """The ranks called the same collective with different shapes, dtypes, ops, scale factors, root ranks or
+    devices; raised on every rank, naming each rank's side. The process group stays usable."""
+
+
+class StalledError(HorovodInternalError):
+    """Every rank is waiting on a collective and no two of them wait on the same one (Horovod would hang)."""
+
+
 _ELASTIC = ("Horovod elastic is not supported. Use torch.distributed.elastic: launch with "
             "`torchrun --nnodes MIN:MAX --max-restarts N ...` and checkpoint/restore your own state")
 _MPI = ("MPI is not used: this API runs on torch.distributed (gloo for CPU tensors, NCCL for CUDA tensors); "
         "mpi_enabled() and mpi_built() are False")
+_TIMELINE = ("the Horovod timeline is not supported; use torch.profiler.profile (it records every collective, "
+             "ours included) and export_chrome_trace() for the same Chrome trace view")
 
 UNSUPPORTED: dict[str, str] = {
     "Adasum": "Adasum has no torch.distributed equivalent; use op=hvd.Average",
     "elastic": _ELASTIC,
-    "ProcessSet": _PROCESS_SETS,
-    "add_process_set": _PROCESS_SETS,
-    "remove_process_set": _PROCESS_SETS,
+    "run_elastic": _ELASTIC,
     "mpi_threads_supported": _MPI,
-    "start_timeline": "the Horovod timeline is not supported; use torch.profiler.profile (it records collectives)",
-    "stop_timeline": "the Horovod timeline is not supported; use torch.profiler.profile (it records collectives)",
-    "SyncBatchNorm": "use torch.nn.SyncBatchNorm.convert_sync_batchnorm(model) (it needs CUDA tensors and NCCL)",
-    "reducescatter": "use torch.distributed.reduce_scatter_tensor (NCCL; gloo has no reduce-scatter)",
-    "reducescatter_async": "use torch.distributed.reduce_scatter_tensor(..., async_op=True) (NCCL)",
-    "grouped_reducescatter": "use torch.distributed.reduce_scatter_tensor per tensor (NCCL)",
-    "grouped_reducescatter_async": "use torch.distributed.reduce_scatter_tensor per tensor (NCCL)",
-    "grouped_allreduce": "call hvd.allreduce on each tensor (or torch.distributed.all_reduce_coalesced)",
-    "grouped_allreduce_": "call hvd.allreduce_ on each tensor",
-    "grouped_allreduce_async": "call hvd.allreduce_async on each tensor",
-    "grouped_allreduce_async_": "call hvd.allreduce_async_ on each tensor",
-    "grouped_allgather": "call hvd.allgather on each tensor",
-    "grouped_allgather_async": "call hvd.allgather_async on each tensor",
-    "sparse_allreduce_async": "pass sparse_as_dense=True to DistributedOptimizer, or allgather indices and values",
-    "HorovodInternalError": "failed collectives raise torch.distributed.DistBackendError here",
-    "HostsUpdatedInterrupt": _ELASTIC,
-    "is_homogeneous": "compare hvd.local_size() across ranks with hvd.allgather_object",
+    "start_timeline": _TIMELINE,
+    "stop_timeline": _TIMELINE,
 }
 
 

@@ -13,7 +13,9 @@ import torch
 import torch.distributed as dist
 
 from ._basics import check_initialized
-from ._collectives import broadcast_async_, broadcast_object
+from ._broadcast import broadcast_async_
+from ._objects import broadcast_object
+from ._optimizer import _DistributedOptimizer
 
 __all__ = ["broadcast_parameters", "broadcast_optimizer_state"]
 
@@ -115,15 +117,38 @@ def _cuda_device() -> torch.device:
     return torch.device("cuda", torch.cuda.current_device())
 
 
+def _initialise_state(optimizer: torch.optim.Optimizer) -> None:
+    """Horovod's state initialisation for an optimizer without state: a zero gradient for every parameter that
+    requires one (frozen parameters keep None), then one step of the wrapped optimizer (never a distributed step,
+    which would wait for the other ranks). Unlike Horovod's, the parameters are left as they were (a weight-decay
+    step on zero gradients moves them, on the ranks without state only)."""
+    params = [p for group in optimizer.param_groups for p in group["params"] if p.requires_grad]
+    saved = [p.detach().clone() for p in params]
+    for p in params:
+        p.grad = torch.zeros_like(p)
+        if isinstance(optimizer, torch.optim.SparseAdam):
+            p.grad = p.grad.to_sparse()
+    local = isinstance(optimizer, _DistributedOptimizer)
+    target: Any = optimizer
+    (super(_DistributedOptimizer, target).step if local else optimizer.step)()
+    with torch.no_grad():
+        for p, value in zip(params, saved):
+            p.copy_(value)
+
+
 def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int, model: Any = None) -> None:
     """Give every rank's optimizer rank ``root_rank``'s state_dict: per-parameter state and hyperparameters.
 
-    Works when the other ranks have no state yet (a fresh Adam or momentum SGD): the structure travels as an
-    object, the tensors in flat buffers, and each rank loads the result with ``load_state_dict``. Unlike
-    Horovod, no optimizer step is taken to create state, so parameters are never touched. ``model`` is
-    accepted for Horovod compatibility and not needed.
+    As in Horovod, an optimizer without state first gets it (zero gradients on the parameters that require one,
+    and one local step: see ``_initialise_state``), so every rank ends with the same state and ``.grad`` tensors
+    whatever it had; then the structure travels as an object, the tensors in flat buffers, and each rank loads
+    the root's with ``load_state_dict``. ``model`` is accepted for Horovod compatibility and not needed.
     """
     check_initialized()
+    if isinstance(optimizer, torch.optim.LBFGS):
+        raise ValueError("cannot broadcast torch.optim.LBFGS state")
+    if not optimizer.state_dict()["state"]:
+        _initialise_state(optimizer)
     root = dist.get_rank() == root_rank
     tensors: list[torch.Tensor] = []
     skeleton = broadcast_object(_strip(optimizer.state_dict(), tensors) if root else None, root_rank)

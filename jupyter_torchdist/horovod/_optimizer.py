@@ -3,7 +3,8 @@
 As in Horovod, the result is an instance of a subclass of the optimizer's class (same name, ``isinstance``
 holds, LR schedulers accept it). Unlike Horovod it is not rebuilt from ``param_groups`` with the class defaults:
 it shares the wrapped optimizer's param_groups, state, defaults and hooks, so nothing the user configured is
-lost. The gradient communication lives in ``_buckets.Reducer``.
+lost. The gradient communication lives in ``_reducer.Reducer``. With ``process_set=``, gradients are averaged over
+that set's ranks; on a rank outside the set the optimizer steps on its own gradients, as in Horovod.
 """
 from __future__ import annotations
 
@@ -14,10 +15,12 @@ from typing import Any
 
 import torch
 
-from ._basics import check_initialized, check_process_set
-from ._buckets import Reducer, plan_buckets
+from ._basics import check_initialized
+from ._buckets import plan_buckets
+from ._reducer import Reducer
 from ._compression import Compression, Compressor
 from ._ops import Average, ReduceOp, resolve_op
+from ._process_sets import ProcessSet, global_process_set, resolve
 
 __all__ = ["DistributedOptimizer"]
 
@@ -25,14 +28,15 @@ __all__ = ["DistributedOptimizer"]
 class _DistributedOptimizer(torch.optim.Optimizer):
     """Placed before the wrapped optimizer's class in the MRO; ``super()`` is the wrapped class."""
 
-    _hvd_reducer: Reducer
+    _hvd_reducer: Reducer | None  # None on a rank outside the optimizer's process set
     _hvd_groups: Any
     _hvd_synchronized: bool
     _hvd_should_synchronize: bool
 
     def synchronize(self) -> None:
         """Finish every gradient allreduce now (e.g. before clipping); then step inside ``skip_synchronize()``."""
-        self._hvd_reducer.synchronize()
+        if self._hvd_reducer is not None:
+            self._hvd_reducer.synchronize()
         self._hvd_synchronized = True
 
     @contextmanager
@@ -58,14 +62,15 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Refused while gradients are being accumulated or communicated, as in Horovod."""
-        if self._hvd_reducer.in_progress():
+        if self._hvd_reducer is not None and self._hvd_reducer.in_progress():
             raise AssertionError("optimizer.zero_grad() was called after loss.backward() but before optimizer.step() "
                                  "or optimizer.synchronize(). This is prohibited as it can cause a race condition.")
         super().zero_grad(set_to_none)
 
     def load_state_dict(self, state_dict: Any) -> None:
         """Load, and forget any half-done accumulation."""
-        self._hvd_reducer.reset()
+        if self._hvd_reducer is not None:
+            self._hvd_reducer.reset()
         self._hvd_synchronized, self._hvd_should_synchronize = False, True
         super().load_state_dict(state_dict)
 
@@ -85,17 +90,20 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         """Change how many backward passes are accumulated locally before communicating."""
         if passes <= 0:
             raise ValueError("backward_passes_per_step must be > 0")
-        self._hvd_reducer.set_passes(passes)
+        if self._hvd_reducer is not None:
+            self._hvd_reducer.set_passes(passes)
 
 
 def _trainable(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
     return [p for group in optimizer.param_groups for p in group["params"] if p.requires_grad]
 
 
-def _check_names(named_parameters: Any, params: list[torch.Tensor]) -> None:
-    """Horovod's checks on ``named_parameters`` (names are not needed on the wire, but mistakes are still errors)."""
+def _parameter_names(optimizer: torch.optim.Optimizer, named_parameters: Any) -> dict[torch.Tensor, str]:
+    """Horovod's ``_parameter_names`` ({parameter: name}) and its checks on ``named_parameters``; without names,
+    ``allreduce.noname.<group>.<index>`` as in Horovod (the same on every rank)."""
     if named_parameters is None:
-        return
+        return {p: f"allreduce.noname.{i}.{j}" for i, group in enumerate(optimizer.param_groups)
+                for j, p in enumerate(group["params"])}
     named = list(named_parameters)
     if any(not isinstance(item, tuple) for item in named):
         raise ValueError("named_parameters should be a sequence of tuples (name, parameter), usually produced by "
@@ -104,10 +112,28 @@ def _check_names(named_parameters: Any, params: list[torch.Tensor]) -> None:
     dups = sorted({name for name in names if names.count(name) > 1})
     if dups:
         raise ValueError(f"Parameter names in named_parameters must be unique. Found duplicates: {', '.join(dups)}")
-    missing = {id(p) for p in params} - {id(p) for _, p in named}
+    all_ids = {id(p) for group in optimizer.param_groups for p in group["params"]}
+    missing = all_ids - {id(p) for _, p in named}
     if missing:
         raise ValueError("named_parameters was specified, but one or more model parameters were not named. "
                          f"Python object ids: {', '.join(str(i) for i in sorted(missing))}")
+    return {p: name for name, p in named}
+
+
+def _check_groups(groups: Any) -> None:
+    """Horovod's checks on ``groups``: a positive count, or lists of tensors with no tensor twice."""
+    if groups is None or isinstance(groups, int) and not isinstance(groups, bool) and groups > 0:
+        return
+    if not isinstance(groups, list):
+        raise ValueError("groups should be a non-negative integer or a list of list of torch.Tensor.")
+    seen: set[int] = set()
+    for group in groups:
+        for p in group:
+            if not isinstance(p, torch.Tensor):
+                raise ValueError("groups must consist of torch.Tensor.")
+            if id(p) in seen:
+                raise ValueError("A parameter can only appear once in groups.")
+            seen.add(id(p))
 
 
 def _validate(op: ReduceOp, predivide: float, passes: int) -> None:
@@ -121,30 +147,34 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters: Any
                          compression: type[Compressor] = Compression.none, backward_passes_per_step: int = 1,
                          op: Any = Average, gradient_predivide_factor: float = 1.0, num_groups: int = 0,
                          groups: Any = None, sparse_as_dense: bool = False,
-                         process_set: Any = None) -> Any:
-    """Wrap ``optimizer`` so that ``step()`` applies gradients averaged (``op``) over all ranks, like DDP.
+                         process_set: ProcessSet = global_process_set) -> Any:
+    """Wrap ``optimizer`` so that ``step()`` applies gradients averaged (``op``) over the ranks, like DDP.
 
-    Gradients are allreduced in buckets while backward runs (see ``_buckets``). With
+    Gradients are allreduced in buckets while backward runs (see ``_reducer``). With
     ``backward_passes_per_step=k`` the gradients of k backward passes accumulate (sum) locally and are
     communicated once, on the k-th; the step then applies that local sum averaged over ranks, as Horovod and
     DDP's ``no_sync`` do. ``gradient_predivide_factor=f`` scales by 1/f before the sum and f/size after.
     ``compression=hvd.Compression.fp16`` sends float16. ``groups``/``num_groups`` set the buckets explicitly.
-    Sparse gradients need ``sparse_as_dense=True``.
+    Sparse gradients are allgathered (Horovod's sparse allreduce), or reduced dense with ``sparse_as_dense=True``.
+    ``process_set``: average over that set's ranks only (a rank outside it steps on its own gradients).
     """
     check_initialized()
-    check_process_set(process_set)
     reduce_op = resolve_op(op, None)
     _validate(reduce_op, gradient_predivide_factor, backward_passes_per_step)
-    params = _trainable(optimizer)
-    _check_names(named_parameters, params)
+    names = _parameter_names(optimizer, named_parameters)
     if num_groups and groups is None:
         warnings.warn("Parameter `num_groups` has been replaced by `groups` and will be removed in v0.23.0.",
                       DeprecationWarning, stacklevel=2)
         groups = num_groups
+    _check_groups(groups)
+    outside = isinstance(process_set, ProcessSet) and process_set.included() is False
+    channel = None if outside else resolve(process_set, "DistributedOptimizer")
     cls = type(optimizer.__class__.__name__, (_DistributedOptimizer, optimizer.__class__), {})
     wrapped: Any = object.__new__(cls)
     wrapped.__dict__.update(optimizer.__dict__)
-    wrapped._hvd_reducer = Reducer(plan_buckets(params, groups), compression, reduce_op, gradient_predivide_factor,
-                                   sparse_as_dense, backward_passes_per_step)
+    wrapped._parameter_names = names
+    wrapped._hvd_reducer = None if channel is None else Reducer(
+        plan_buckets(_trainable(optimizer), groups), compression, reduce_op, gradient_predivide_factor,
+        sparse_as_dense, backward_passes_per_step, channel)
     wrapped._hvd_groups, wrapped._hvd_synchronized, wrapped._hvd_should_synchronize = groups, False, True
     return wrapped

@@ -128,6 +128,7 @@ def _errors(out: dict) -> None:
     out["err-adasum-optimizer"] = error_of(hvd.DistributedOptimizer, torch.optim.SGD([torch.nn.Parameter(t)]),
                                            op=hvd.Adasum)
     out["err-process-set"] = error_of(hvd.allreduce, t, process_set=object())
+    out["err-unregistered-set"] = error_of(hvd.allreduce, t, process_set=hvd.ProcessSet([0]))
     out["ok-global-set"] = error_of(hvd.allreduce, t, process_set=hvd.global_process_set)
     out["err-roots"] = error_of(hvd.broadcast, t, hvd.rank() % 2)
     out["err-shapes"] = error_of(hvd.allgather, torch.ones(1, 2 + hvd.rank()))
@@ -174,10 +175,14 @@ def test_every_call_matches_torch_distributed(n):
         assert out["err-average-and-op"].startswith("ValueError: The op parameter supersedes average")
         assert out["err-adasum"].startswith("HorovodUnsupportedError") and "op=hvd.Average" in out["err-adasum"]
         assert out["err-adasum-optimizer"] == out["err-adasum"]
-        assert "torch.distributed.new_group(ranks)" in out["err-process-set"]
+        assert out["err-process-set"].startswith("TypeError: process_set must be a hvd.ProcessSet")
+        assert out["err-unregistered-set"].startswith("HorovodInternalError: allreduce: process set provided does "
+                                                      "not exist, or has not been registered")
         assert out["ok-global-set"] == "no error"
-        assert out["err-roots"].startswith("ValueError: Mismatched broadcast root ranks")
-        assert out["err-shapes"].startswith("ValueError: Mismatched tensor shapes")
+        assert out["err-roots"].startswith("MismatchError: Mismatched broadcast")
+        assert all(f"rank {k}: float32 [2], root {k % 2}" in out["err-roots"] for k in range(n))
+        assert out["err-shapes"].startswith("MismatchError: Mismatched allgather")
+        assert all(f"rank {k}: float32 [1, {2 + k}]" in out["err-shapes"] for k in range(n))
         assert out["err-mpi-threads"].startswith("HorovodUnsupportedError")
         assert torch.equal(out["after-errors"], torch.full((2,), float(n)))
         assert out["after-shutdown"] == (False, True)

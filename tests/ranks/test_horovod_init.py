@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import sys
 
@@ -43,3 +44,39 @@ def test_init_from_torchrun_style_environment():
         assert out["size"] == 2 and out["backend"] == "gloo" and out["sum"] == 3.0 and out["gloo"]
         assert out["layout"] == (r, 2, 0, 1)  # counted from host names: one host, two ranks
         assert out["after"] == (False, False)
+
+
+_REINIT = """
+import torch
+import jupyter_torchdist.horovod as hvd
+
+for cycle in range({cycles}):
+    hvd.init()
+    total = hvd.allreduce(torch.tensor([hvd.rank() + cycle]), op=hvd.Sum).item()
+    assert hvd.is_initialized() and total == sum(range(hvd.size())) + cycle * hvd.size(), total
+    hvd.shutdown()
+    assert not hvd.is_initialized()
+print("cycles done", flush=True)
+"""
+
+
+def test_init_after_shutdown_under_torchrun(tmp_path):
+    """Horovod allows init() after shutdown(); under torchrun the store outlives the group, so each init must not
+    find the previous group's addresses there (this failed in a third to a half of single re-inits, 3 ranks)."""
+    import subprocess
+
+    script = tmp_path / "reinit.py"
+    script.write_text(_REINIT.format(cycles=12))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, PYTHONPATH=root, GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1")
+    run = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "3",
+                            str(script)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           start_new_session=True)
+    try:
+        out, err = run.communicate(timeout=150)
+    finally:
+        if run.poll() is None:  # hung: torchrun and its ranks go, none left behind
+            os.killpg(run.pid, signal.SIGKILL)
+            out, err = run.communicate()
+    assert run.returncode == 0, out[-3000:] + err[-3000:]
+    assert out.count("cycles done") == 3

@@ -92,7 +92,8 @@ def _optimizer_checks() -> dict:
     except AssertionError as exc:
         out["zero_grad-mid-accumulation"] = str(exc)
     batch_loss(model, hvd.rank(), 1).backward()
-    out["launched-in-backward"] = opt._hvd_reducer._next == len(opt._hvd_reducer.buckets)  # before step()
+    reducer = opt._hvd_reducer  # before step(): this layout was agreed by the steps above, so no round waits
+    out["launched-in-backward"] = reducer._launched == len(reducer.buckets) and reducer._round is None
     opt.step()
     sched.step()
     state = opt.state_dict()
@@ -121,8 +122,35 @@ def optimizer_vs_ddp() -> dict:
     out["plain-wire"] = _wire_dtypes(_hvd, "sgd", 1)[1]
     out["sgd-added-group"] = (_hvd("sgd", steps, add_later=True), out["sgd"][1])
     out.update(_optimizer_checks())
+    out["control-rounds"] = _control_rounds_per_step(steps)
     out.update(_without_join_protocol(steps, out["sgd"][1]))
     return out
+
+
+def _control_rounds_per_step(steps: int) -> list:
+    """Control rounds (the negotiation's all_gathers) in each step of a fresh layout: the first step is agreed,
+    the later ones send their buckets with none (DDP's traffic)."""
+    from jupyter_torchdist.horovod import _channel
+
+    torch.manual_seed(1)
+    model = torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.Linear(7, 2))  # a layout no other test uses
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1))
+    original, counts = _channel.all_gather_single, []
+
+    def counted(*args, **kwargs):
+        counts[-1] += 1
+        return original(*args, **kwargs)
+
+    _channel.all_gather_single = counted
+    try:
+        for step in range(steps):
+            counts.append(0)
+            model(torch.full((3, 5), float(step + hvd.rank()))).sum().backward()
+            opt.step()
+            opt.zero_grad()
+    finally:
+        _channel.all_gather_single = original
+    return counts
 
 
 def _without_join_protocol(steps: int, ddp: list) -> dict:
@@ -164,6 +192,7 @@ def test_distributed_optimizer_equals_ddp():
         assert out["launched-in-backward"] and out["buckets"] == [1, 2, 3, 2]
         assert out["no-join-calls"] == [torch.float32] * 4  # one allreduce per step, no control messages
         assert "JUPYTER_TORCHDIST_HOROVOD_JOIN=0" in out["no-join-refused"]
+        assert out["control-rounds"] == [1, 0, 0, 0]  # only the layout's first step is negotiated
     for key in ("sgd", "adam"):
         assert all(torch.equal(a, b) for a, b in zip(values[0][key][0], values[1][key][0]))  # ranks agree
 
