@@ -31,8 +31,8 @@ _CLUSTER = ("this command runs ranks on this machine only. To run on several hos
             "(README: \"On a real cluster\")")
 _HOROVODRUN_ONLY: dict[str, tuple[str, ...]] = {
     f"it places ranks on other hosts or picks their network, and {_CLUSTER}": (
-        "--hostfile", "-hostfile", "--host-discovery-script", "--min-np", "--max-np", "--slots-per-host",
-        "--elastic-timeout", "--reset-limit", "--blacklist-cooldown-range", "-p", "--ssh-port", "-i",
+        "--hostfile", "-hostfile", "--host-discovery-script", "--slots-per-host",
+        "--elastic-timeout", "--blacklist-cooldown-range", "-p", "--ssh-port", "-i",
         "--ssh-identity-file", "--network-interface", "--network-interfaces", "--tcp"),
     "MPI is not used: the ranks talk over torch.distributed (gloo; NCCL with --gpu). Drop it": (
         "--mpi", "--mpi-args", "--binding-args", "--jsrun", "--mpi-threads-disable"),
@@ -44,7 +44,7 @@ _HOROVODRUN_ONLY: dict[str, tuple[str, ...]] = {
         "--gloo-timeout-seconds", "--start-timeout", "--output-filename", "--log-level", "--config-file",
         "--prefix-output-with-timestamp", "-v", "--verbose", "-cb", "--check-build"),
 }
-_HOROVODRUN_VALUED = ("-np", "--num-proc", "-H", "--hosts")
+_HOROVODRUN_VALUED = ("-np", "--num-proc", "-H", "--hosts", "--min-np", "--max-np", "--reset-limit")
 
 
 def _horovodrun_refusal(flag: str) -> str | None:
@@ -92,6 +92,7 @@ def from_horovodrun(argv: Sequence[str]) -> list[str]:
     out: list[str] = []
     np: str | None = None
     hosts: str | None = None
+    bounds: dict[str, str] = {}
     i = 0
     while i < len(argv) and argv[i].startswith("-") and argv[i] != "--":
         flag, eq, inline = argv[i].partition("=")
@@ -105,6 +106,10 @@ def from_horovodrun(argv: Sequence[str]) -> list[str]:
             np, out = value, out + ["-n", value]
         elif flag in ("-H", "--hosts"):
             hosts = value or ""
+        elif flag == "--reset-limit":  # horovodrun's elastic restarts: ours restart every rank on the same N
+            out += ["--max-restarts", value or ""]
+        elif flag in ("--min-np", "--max-np"):
+            bounds[flag] = value or ""
         elif ours is None and (refusal := _horovodrun_refusal(flag)):
             raise OptionsError(refusal)
         elif flag != "--gloo":
@@ -115,7 +120,20 @@ def from_horovodrun(argv: Sequence[str]) -> list[str]:
         if rest and rest[0].startswith("-"):
             raise OptionsError(f"{argv[i]} {rest[0]}: only a script runs here, not Python's own options or "
                                "modules: -np 2 python train.py ARGS")
+    _check_bounds(np, bounds)
     return (_with_hosts(out, np, hosts) if hosts is not None else out) + rest
+
+
+def _check_bounds(np: str | None, bounds: dict[str, str]) -> None:
+    """horovodrun's ``--min-np``/``--max-np``: the run keeps ``-np`` ranks (a restart waits for as many slots), so
+    they are only checked against it."""
+    for flag, value in bounds.items():
+        if not value.isdigit():
+            raise OptionsError(f"{flag} needs a whole number of ranks (e.g. {flag} 2)")
+    low, high = int(bounds.get("--min-np", "0")), bounds.get("--max-np")
+    if np is not None and np.isdigit() and (int(np) < low or (high is not None and int(np) > int(high))):
+        raise OptionsError(f"-np {np} is outside --min-np {bounds.get('--min-np', '-')} .. --max-np {high or '-'}: "
+                           "the ranks here stay -np (a lost rank restarts all of them on as many slots)")
 
 
 def _print_failure(exc: DistributeError, out: TextIO) -> None:

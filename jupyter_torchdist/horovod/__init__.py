@@ -45,9 +45,13 @@ Supported, with Horovod's signatures and semantics:
   ``mpi_enabled()``/``mpi_built()`` (False), ``gloo_enabled()``, ``gloo_built()``, ``nccl_built()``,
   ``cuda_built()``, ``rocm_built()`` (what torch has), ``ddl_built()``/``ccl_built()`` (False).
 
+- Elastic training (``hvd.elastic``: ``run``, ``TorchState``, ``ObjectState``, ``ElasticSampler``, ``commit``,
+  ``restore``, ``sync``, ``register_reset_callbacks``) on the run's restarts (``--max-restarts``): a lost rank
+  restarts every rank from the last ``state.commit()``, on the same number of ranks (see ``elastic``).
+
 Not supported: each raises ``HorovodUnsupportedError`` (a NotImplementedError) at once, naming the torch way:
-``Adasum`` (use ``op=hvd.Average``), elastic training (``hvd.elastic``: use ``torchrun --nnodes MIN:MAX``), the
-timeline (``start_timeline``: use ``torch.profiler``), ``mpi_threads_supported`` and ``init(comm=...)`` (no MPI).
+``Adasum`` (use ``op=hvd.Average``), the timeline (``start_timeline``: use ``torch.profiler``),
+``mpi_threads_supported`` and ``init(comm=...)`` (no MPI).
 Any other name Horovod does not have either fails the same way.
 
 Underneath (see ``_channel``): torch.distributed matches collectives by their order and trusts the shapes, so
@@ -107,10 +111,11 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    """``spark``: ``horovod.spark``'s ``run``, imported on first use (it needs pyspark only when it runs). Any other
+    """``spark`` (``horovod.spark``'s ``run``, it needs pyspark only when it runs) and ``elastic``: imported on
+    first use. Any other
     Horovod name: a HorovodUnsupportedError saying what to use (it is also an AttributeError)."""
-    if name == "spark":
-        return importlib.import_module(f"{__name__}.spark")
+    if name in ("spark", "elastic"):
+        return importlib.import_module(f"{__name__}.{name}")
     if name.startswith("_"):
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     raise unsupported(name, __all__)

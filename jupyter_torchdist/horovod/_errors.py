@@ -2,7 +2,7 @@
 
 Unsupported features fail at once with ``HorovodUnsupportedError`` naming the torch.distributed way to do the
 same thing, never with a silent approximation. The class is also an ``AttributeError`` so that
-``hasattr(hvd, "elastic")`` is simply False and ``getattr(hvd, name, default)`` works.
+``hasattr(hvd, "Adasum")`` is simply False and ``getattr(hvd, name, default)`` works.
 
 Errors of a collective itself are ``HorovodInternalError`` (a RuntimeError), as in Horovod, where code written for
 Horovod catches them: ranks that disagree on a collective (``MismatchError``, also a ValueError), a collective
@@ -32,7 +32,7 @@ class HorovodInternalError(RuntimeError):
 
 class HostsUpdatedInterrupt(RuntimeError):
     """Horovod elastic's signal that the hosts changed; it exists so that code catching it imports, and is never
-    raised here (elastic training is not provided: see ``hvd.elastic``)."""
+    raised here (``hvd.elastic`` keeps the number of ranks: a lost rank restarts the run on the same N)."""
 
     def __init__(self, skip_sync: bool = False) -> None:
         super().__init__("the set of hosts changed")
@@ -52,8 +52,6 @@ class StalledError(HorovodInternalError):
     """Every rank is waiting on a collective and no two of them wait on the same one (Horovod would hang)."""
 
 
-_ELASTIC = ("Horovod elastic is not supported. Use torch.distributed.elastic: launch with "
-            "`torchrun --nnodes MIN:MAX --max-restarts N ...` and checkpoint/restore your own state")
 _MPI = ("MPI is not used: this API runs on torch.distributed (gloo for CPU tensors, NCCL for CUDA tensors); "
         "mpi_enabled() and mpi_built() are False")
 _TIMELINE = ("the Horovod timeline is not supported; use torch.profiler.profile (it records every collective, "
@@ -61,8 +59,6 @@ _TIMELINE = ("the Horovod timeline is not supported; use torch.profiler.profile 
 
 UNSUPPORTED: dict[str, str] = {
     "Adasum": "Adasum has no torch.distributed equivalent; use op=hvd.Average",
-    "elastic": _ELASTIC,
-    "run_elastic": _ELASTIC,
     "mpi_threads_supported": _MPI,
     "start_timeline": _TIMELINE,
     "stop_timeline": _TIMELINE,

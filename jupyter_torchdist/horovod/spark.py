@@ -21,7 +21,16 @@ Horovod's arguments, here:
 - ``start_timeout`` and ``prefix_output_with_timestamp`` are accepted and change nothing: a run that cannot get its
   task slots is refused at once rather than waited for, and the output is kept per rank.
 - ``use_mpi=True``, ``use_gloo=False``, ``extra_mpi_args``, ``nics`` and ``executable`` raise
-  ``HorovodUnsupportedError`` at once, saying what to set instead. So does ``run_elastic``.
+  ``HorovodUnsupportedError`` at once, saying what to set instead.
+
+``run_elastic(fn, args, kwargs, num_proc, min_num_proc, max_num_proc, ..., reset_limit)`` is ``run`` whose ranks
+are started again, all of them, when one is lost (its executor or host gone, its process killed): ``fn`` written
+with ``hvd.elastic.run`` and ``state.commit()`` resumes from the last commit. The number of ranks stays
+``num_proc`` (default ``min_num_proc``, else Spark's default parallelism): where Horovod would go on with fewer
+ranks or add more, the restart waits for ``num_proc`` task slots. ``reset_limit`` is the number of restarts
+(``--max-restarts``; default 3, where Horovod's default is no limit); ``checkpoint_dir=`` (ours) says where commits
+go on a cluster, a folder every executor can reach (``--checkpoint-dir``). ``elastic_timeout`` is accepted and
+changes nothing.
 
 Importing this module does not import pyspark; ``run`` does, when it starts the ranks.
 """
@@ -31,9 +40,9 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any, TextIO
 
-from ._errors import HorovodUnsupportedError, UNSUPPORTED
+from ._errors import HorovodUnsupportedError
 
-__all__ = ["run"]
+__all__ = ["run", "run_elastic"]
 
 # Set by the launcher on every rank: a value from env= would contradict the process group that is already up.
 _LAUNCHER_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
@@ -123,29 +132,64 @@ def run(fn: Callable[..., Any], args: tuple[Any, ...] = (), kwargs: dict[str, An
     A rank that raises fails the call with ``RunFailed`` naming that rank; the other ranks are stopped.
     """
     _refuse_unsupported(use_mpi, use_gloo, extra_mpi_args, nics, executable)
+    _check_num_proc("num_proc", num_proc)
+    return _launch("run", fn, args, kwargs, num_proc, env, _view(verbose, stdout, stderr))
+
+
+def run_elastic(fn: Callable[..., Any], args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None,
+                num_proc: int | None = None, min_num_proc: int | None = None, max_num_proc: int | None = None,
+                start_timeout: float | None = None, elastic_timeout: float | None = None,
+                reset_limit: int | None = None, env: Mapping[str, str] | None = None, stdout: TextIO | None = None,
+                stderr: TextIO | None = None, verbose: int = 1, nics: Any = None,
+                prefix_output_with_timestamp: bool = False, min_np: int | None = None, max_np: int | None = None,
+                checkpoint_dir: str | None = None) -> list[Any]:
+    """``run`` whose ranks all start again from the last ``state.commit()`` when one is lost, at most
+    ``reset_limit`` times (default 3), on ``num_proc`` ranks each time (the module docstring says how this differs
+    from Horovod's shrinking and growing). Every rank's value of the attempt that finished, in rank order."""
+    _refuse_unsupported(None, None, None, nics, None)
+    low = min_num_proc if min_num_proc is not None else min_np
+    high = max_num_proc if max_num_proc is not None else max_np
+    for label, value in (("num_proc", num_proc), ("min_num_proc", low), ("max_num_proc", high)):
+        _check_num_proc(label, value)
+    n = num_proc if num_proc is not None else low
+    if n is not None and ((low is not None and n < low) or (high is not None and n > high)):
+        raise ValueError(f"num_proc={n} is outside min_num_proc={low} .. max_num_proc={high}")
+    if low is not None and high is not None and low > high:
+        raise ValueError(f"min_num_proc={low} is more than max_num_proc={high}")
+    restarts = 3 if reset_limit is None else reset_limit
+    if isinstance(restarts, bool) or not isinstance(restarts, int) or restarts < 0:
+        raise ValueError(f"reset_limit must be a whole number of restarts >= 0, got {reset_limit!r}")
+    return _launch("run_elastic", fn, args, kwargs, n, env, _view(verbose, stdout, stderr),
+                   max_restarts=restarts, checkpoint_dir=checkpoint_dir)
+
+
+def _check_num_proc(label: str, value: Any) -> None:
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+        raise ValueError(f"{label} must be a whole number of ranks >= 1 (or None for Spark's default "
+                         f"parallelism), got {value!r}")
+
+
+def _launch(entry: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any] | None,
+            num_proc: int | None, env: Mapping[str, str] | None, view: Any, **more: Any) -> list[Any]:
+    """``fn`` on ``num_proc`` Spark barrier tasks through the run path every run takes; every rank's value."""
     if not callable(fn):
         raise TypeError(f"fn must be a function to run on every rank, not {type(fn).__name__}")
     extra_env = _checked_env(env)
     from ..kernel.run import Work, launch
     from ..options import RunOptions
 
-    if num_proc is not None and (not isinstance(num_proc, int) or isinstance(num_proc, bool) or num_proc < 1):
-        raise ValueError(f"num_proc must be a whole number of ranks >= 1 (or None for Spark's default "
-                         f"parallelism), got {num_proc!r}")
     n = _default_num_proc() if num_proc is None else num_proc
-    options = RunOptions(n=n, all_ranks=True, spark_tasks=True)
+    options = RunOptions(n=n, all_ranks=True, spark_tasks=True, **more)
     target = _WithEnv(fn, extra_env) if extra_env else fn
     name = getattr(fn, "__name__", "fn")
-    work = Work(target, tuple(args), dict(kwargs or {}), title=f"horovod.spark.run({name}) on {n}")
-    return list(launch(work, options, _view(verbose, stdout, stderr)).value)
+    work = Work(target, tuple(args), dict(kwargs or {}), title=f"horovod.spark.{entry}({name}) on {n}")
+    return list(launch(work, options, view).value)
 
 
 def __getattr__(name: str) -> Any:
-    """Horovod's other Spark entry points (``run_elastic``, the estimators): what to use instead."""
+    """Horovod's other Spark entry points (the estimators): what to use instead."""
     if name.startswith("_"):
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    if name == "run_elastic":
-        raise HorovodUnsupportedError(f"horovod.spark.run_elastic is not supported: {UNSUPPORTED['elastic']}.")
     raise HorovodUnsupportedError(
         f"horovod.spark.{name} is not provided by jupyter_torchdist.horovod.spark: only run() is (the Spark "
         "estimators are not; train inside run() or a %%distribute cell).")

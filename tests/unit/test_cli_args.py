@@ -81,6 +81,8 @@ def test_cell_only_options_are_refused_on_the_command_line():
     (["-H", "localhost:3", "--timeout", "9", "t.py"], ["--timeout", "9", "-n", "3", "t.py"]),
     (["-np", "2", "-H", "127.0.0.1", "t.py"], ["-n", "2", "t.py"]),
     (["-n", "2", "--quiet", "t.py", "a"], ["-n", "2", "--quiet", "t.py", "a"]),  # ours, unchanged
+    (["-np", "2", "--min-np", "1", "--max-np", "4", "--reset-limit", "3", "python", "t.py"],
+     ["-n", "2", "--max-restarts", "3", "t.py"]),  # horovodrun elastic: every rank restarted, on the same N
 ])
 def test_horovodrun_spelling_becomes_ours(argv, ours):
     from jupyter_torchdist.__main__ import from_horovodrun
@@ -97,6 +99,9 @@ def test_horovodrun_spelling_becomes_ours(argv, ours):
     (["-np", "4", "-H", "localhost:2", "t.py"], "-np 4 needs 4 slots, but -H localhost:2 gives 2"),
     (["-np", "2", "python", "-m", "train"], "only a script runs here"),
     (["-np"], "-np needs a number of ranks"),
+    (["-np", "4", "--max-np", "2", "t.py"], "-np 4 is outside --min-np - .. --max-np 2"),
+    (["-np", "2", "--min-np", "x", "t.py"], "--min-np needs a whole number"),
+    (["-np", "2", "--host-discovery-script", "d.sh", "t.py"], "On a real cluster"),
 ])
 def test_horovodrun_spelling_without_meaning_here_is_a_usage_error(argv, message):
     from jupyter_torchdist.__main__ import from_horovodrun

@@ -38,7 +38,7 @@ def test_init_without_a_launcher_says_how_to_launch(monkeypatch):
 
 
 @pytest.mark.parametrize("name, advice", [
-    ("elastic", "torchrun --nnodes MIN:MAX"), ("start_timeline", "torch.profiler"),
+    ("start_timeline", "torch.profiler"),
     ("stop_timeline", "export_chrome_trace"), ("no_such_thing", "Supported: Adasum, Average"),
 ])
 def test_what_stays_unsupported_fails_at_once_with_the_torch_way(name, advice):
@@ -71,9 +71,57 @@ def test_process_set_objects_before_registration():
         hvd.ProcessSet(object())
 
 
-def test_elastic_import_and_build_queries():
-    with pytest.raises(hvd.HorovodUnsupportedError, match="torchrun --nnodes MIN:MAX"):
-        from jupyter_torchdist.horovod import elastic  # noqa: F401
+def test_elastic_state_commit_and_restore_in_memory_outside_a_run():
+    """Outside a run with restarts a commit is Horovod's in-memory copy: restore() rolls back to it."""
+    from jupyter_torchdist.horovod import elastic
+
+    assert hvd.elastic is elastic and callable(elastic.run)
+    model = torch.nn.Linear(2, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    sampler = elastic.ElasticSampler(list(range(10)), shuffle=False)
+    state = elastic.TorchState(model, opt, train_sampler=sampler, epoch=0, batch=0)
+    assert state.train_sampler is sampler and state.model is model
+    committed = {k: v.clone() for k, v in model.state_dict().items()}
+    state.epoch, state.batch = 1, 3
+    sampler.record_indices([0, 1])
+    state.save()
+    with torch.no_grad():
+        model.weight.add_(1.0)
+    state.epoch, state.batch = 5, 9
+    state.restore()
+    assert (state.epoch, state.batch) == (1, 3)
+    assert all(torch.equal(committed[k], v) for k, v in model.state_dict().items())
+    assert sampler.state_dict() == {"epoch": 0, "processed_indices": {0, 1}}
+    plain = elastic.ObjectState(epoch=2)
+    plain.commit()  # no run: in memory only, never a HostsUpdatedInterrupt
+    plain.epoch = 7
+    plain.restore()
+    assert plain.epoch == 2
+
+
+def test_elastic_sampler_resumes_an_epoch_in_the_uninterrupted_order():
+    from jupyter_torchdist.horovod.elastic import ElasticSampler
+
+    sampler = ElasticSampler(list(range(12)), shuffle=True, seed=4)
+    whole = list(sampler)
+    assert sorted(whole) == list(range(12)) and len(sampler) == 12
+    sampler.record_batch(0, 5)
+    assert sampler.get_indices(0, 5) == whole[:5]
+    resumed = ElasticSampler(list(range(12)), shuffle=True, seed=4)
+    resumed.load_state_dict(sampler.state_dict())
+    assert list(resumed) == whole[5:] and len(resumed) == 7
+    resumed.set_epoch(1)
+    assert len(resumed) == 12 and list(resumed) != whole  # a new epoch: everything, reshuffled
+
+
+def test_elastic_run_wants_the_state_first():
+    from jupyter_torchdist.horovod import elastic
+
+    with pytest.raises(TypeError, match="TorchState or ObjectState"):
+        elastic.run(lambda state: None)(3)
+
+
+def test_build_queries():
     assert hvd.Adasum == 2 and hvd.Average == 0  # the names exist (Horovod code picks ops at import time)
     with pytest.raises(hvd.HorovodUnsupportedError, match="MPI is not used"):
         hvd.mpi_threads_supported()

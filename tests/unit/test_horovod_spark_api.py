@@ -2,6 +2,8 @@
 arguments refused at once, and Horovod's other Spark entry points."""
 from __future__ import annotations
 
+import re
+
 import os
 import subprocess
 import sys
@@ -50,8 +52,23 @@ def test_bad_arguments_are_refused_before_anything_starts(arguments, error, mess
         hvd_spark.run(where, (0.0,), **arguments)
 
 
+@pytest.mark.parametrize("arguments, message", [
+    ({"num_proc": 5, "max_num_proc": 4}, "num_proc=5 is outside min_num_proc=None .. max_num_proc=4"),
+    ({"num_proc": 1, "min_num_proc": 2}, "num_proc=1 is outside min_num_proc=2"),
+    ({"min_np": 3, "max_np": 2}, "num_proc=3 is outside min_num_proc=3 .. max_num_proc=2"),
+    ({"num_proc": 2, "reset_limit": -1}, "reset_limit must be a whole number"),
+    ({"num_proc": 2, "min_num_proc": 0}, "min_num_proc must be a whole number"),
+])
+def test_run_elastic_refuses_bad_arguments_before_anything_starts(arguments, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        hvd_spark.run_elastic(where, (0.0,), **arguments)
+
+
+def test_run_elastic_refuses_nics_as_run_does():
+    with pytest.raises(HorovodUnsupportedError, match="GLOO_SOCKET_IFNAME"):
+        hvd_spark.run_elastic(where, (0.0,), num_proc=2, nics=["eth0"])
+
+
 def test_horovods_other_spark_entry_points_say_what_to_use():
-    with pytest.raises(HorovodUnsupportedError, match="torchrun --nnodes"):
-        hvd_spark.run_elastic  # noqa: B018
     with pytest.raises(HorovodUnsupportedError, match="only run"):
         hvd_spark.KerasEstimator  # noqa: B018
