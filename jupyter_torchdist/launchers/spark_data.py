@@ -120,6 +120,13 @@ class SparkDataPlane(PlaneBase):
         return run
 
 
+# One data profile per application and settings. Spark numbers every profile built, and executors serve one
+# profile id only: a new profile per job would ask for new executors each time, which under spark.cores.max wait
+# for the last job's executors to go idle (executorIdleTimeout, 60 s by default) before every epoch's first batch.
+_PROFILES: dict[tuple[str, tuple[tuple[str, str], ...]], Any] = {}
+_PROFILE_KEYS = ("spark.task.cpus", "spark.executor.cores", "spark.executor.memory", "spark.dynamicAllocation.enabled")
+
+
 def _resources(rdd: Any, conf: dict[str, str]) -> Any:
     """With GPU scheduling, ranks take the GPU task slots; data tasks ask for one CPU and no GPU, so they run
     in the executors' other slots (a stage-level TaskResourceProfile). With dynamic allocation as well, their
@@ -127,6 +134,14 @@ def _resources(rdd: Any, conf: dict[str, str]) -> Any:
     GPU hosts' cores go to the ranks): a cluster of GPU and CPU-only machines, each doing what it is for."""
     if not conf.get("spark.task.resource.gpu.amount"):
         return rdd
+    key = (str(conf.get("spark.app.id", "")), tuple((k, conf.get(k, "")) for k in _PROFILE_KEYS))
+    if key not in _PROFILES:
+        _PROFILES.clear()  # another application: its profiles mean nothing to this one
+        _PROFILES[key] = _data_profile(conf)
+    return rdd.withResources(_PROFILES[key])
+
+
+def _data_profile(conf: dict[str, str]) -> Any:
     from pyspark.resource import ExecutorResourceRequests, ResourceProfileBuilder, TaskResourceRequests
 
     cpus = int(conf.get("spark.task.cpus", "1") or 1)
@@ -136,7 +151,7 @@ def _resources(rdd: Any, conf: dict[str, str]) -> Any:
         if conf.get("spark.executor.memory"):
             executors = executors.memory(conf["spark.executor.memory"])
         builder = builder.require(executors)
-    return rdd.withResources(builder.build)
+    return builder.build
 
 
 def _statuses(rows: Any) -> list[str]:

@@ -9,6 +9,7 @@ only) asks for executors of its own, which the CPU-only host takes.
 """
 from __future__ import annotations
 
+import re
 import textwrap
 
 import pytest
@@ -70,3 +71,8 @@ def test_ranks_take_the_gpu_hosts_slots_and_the_transform_runs_on_the_cpu_only_h
     waits = kernel.text(kernel.execute("print([r['usage']['input_wait'] for r in jt.last_run().state.snapshot()"
                                        "['ranks']])"))
     assert "None" not in waits and waits.strip().startswith("["), waits
+    # the row count and every piece's job share one data profile: one profile more than the session's, so the
+    # data executors serve every job (a profile per job waited a minute for the last one's executors to go idle)
+    profiles = set(re.findall(r"resourceProfileId\" \"(\d+)", made.cluster.logs()))
+    assert profiles == {"0", "1"}, profiles
+
