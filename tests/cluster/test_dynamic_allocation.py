@@ -114,14 +114,14 @@ def test_a_killed_rank_task_fails_the_run_and_is_never_run_twice(dynamic, tmp_pa
 
 def test_ranks_that_can_never_start_are_said_within_the_bound(dynamic):
     c, kernel = dynamic
-    r = kernel.execute(f"%%distribute -n 6 --wait 30\n{ALL_REDUCE}", timeout=180)
+    r = kernel.execute(f"%%distribute -n 6 --wait 12\n{ALL_REDUCE}", timeout=180)
     text = kernel.text(r)
     assert r["status"] == "error", text
-    assert "rank 4 failed first: never started" in text and "rank 5: never started" in text, text  # 4 cores
-    assert re.search(r"never started: no task slot came for its task within 3\d s \([0-4] of 6 ranks started\)",
-                     text), text
+    assert re.search(r"rank [0-4] failed first: never started", text) and "rank 5: never started" in text, text
+    assert re.search(r"never started: no task slot came for its task within 1\d s \([0-4] of 6 ranks started\)",
+                     text), text  # 4 cores: never more than 4 of the 6
     assert "maxExecutors" in text and "--wait SECONDS" in text
-    assert 30 <= r["seconds"] < 60
+    assert 12 <= r["seconds"] < 40
     r = kernel.execute(f"%%distribute -n 2\n{ALL_REDUCE}", timeout=180)
     assert r["status"] == "ok" and _value(r) == "2.0", kernel.text(r)
 

@@ -40,7 +40,7 @@ def test_the_stacks_control_reaches_a_busy_kernel_through_its_control_channel(ke
     replies: list[dict] = []
 
     def press_stacks() -> None:
-        time.sleep(10)
+        time.sleep(7)
         msg = kernel.kc.session.msg("jupyter_torchdist_request", {"want": "stacks"})
         kernel.kc.control_channel.send(msg)
         replies.append(kernel.kc.control_channel.get_msg(timeout=10)["content"])
@@ -54,7 +54,7 @@ def test_the_stacks_control_reaches_a_busy_kernel_through_its_control_channel(ke
 
     presser = threading.Thread(target=press_stacks)
     presser.start()
-    r = kernel.execute(_spark(HANG.format(opts="--timeout 20")), timeout=120, watch=watch)
+    r = kernel.execute(_spark(HANG.format(opts="--timeout 15")), timeout=120, watch=watch)
     presser.join()
     assert replies == [{"status": "ok", "accepted": True}], replies
     assert r["error"]["ename"] == "RunTimeout"
