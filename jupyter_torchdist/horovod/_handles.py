@@ -7,7 +7,7 @@ and is launched by a later round: at the latest when ``synchronize`` needs it.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol
 
 import torch.distributed as dist
 
@@ -48,15 +48,19 @@ class Handle:
         try:
             self._works, self._finish = self._launcher(rows)
         except BaseException as exc:
-            error = internal(exc)
-            self.fail(error)
-            if error is exc:
-                raise
-            raise error from exc
+            self._fail_with(exc)
         self._launcher, self.state = None, LAUNCHED
 
     def fail(self, error: BaseException) -> None:
         self._error, self._launcher, self.state = error, None, FAILED
+
+    def _fail_with(self, exc: BaseException) -> NoReturn:
+        """Fail with ``exc`` as Horovod would see it (``internal``) and raise that."""
+        error = internal(exc)
+        self.fail(error)
+        if error is exc:
+            raise exc
+        raise error from exc
 
     def finished(self) -> bool:
         """Over: its name may be used again (Horovod's rule). A launched collective counts once its completion was
@@ -92,11 +96,7 @@ class Handle:
                 assert self._finish is not None
                 result = self._finish()
             except BaseException as exc:
-                error = internal(exc)
-                self.fail(error)
-                if error is exc:
-                    raise
-                raise error from exc
+                self._fail_with(exc)
             self._result, self._finish, self._works, self.state = result, None, [], DONE
         return self._result
 
