@@ -7,11 +7,10 @@ workers; root only), the master and a real notebook kernel on the bridge address
 the other and alternating each round (the bridge and names are shared): **two hosts** of one core each (the two
 ranks are necessarily on different hosts) and **one host** of two cores (both ranks on it). On each, after a first
 run: the trivial 2-rank DDP job's rerun (cell start to value, median of ``--reruns``), and a DDP loop's steps/s (a
-small MLP, gloo, timed after 30 warm-up steps; ``--threads 1``: the namespaces share this machine's 2 cores, while
-each thinks it has both, so a rank alone on its "host" would take 2 torch threads and contend with the other), with the time of one all_reduce of its gradients alone (what the
-link costs: between namespaces it is a veth pair and a bridge in this machine's kernel, not a real network, so the
-steps/s across hosts say more about the bench's link than about the ranks). Says SKIPPED where namespaces cannot
-be made.
+small MLP, gloo, timed after 30 warm-up steps; ``--threads 1``: the namespaces share this machine's 2 cores while
+each thinks it has both, so a rank alone on its "host" would take 2 torch threads and contend with the other),
+with the time of one all_reduce of its gradients alone (the link's cost: a veth pair and a bridge in this
+machine's kernel, not a real network). Says SKIPPED where namespaces cannot be made.
 """
 from __future__ import annotations
 

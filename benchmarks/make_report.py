@@ -21,8 +21,8 @@ import common
 
 BEGIN, END = "<!-- BEGIN RESULTS (make_report.py) -->", "<!-- END RESULTS -->"
 SCRIPTS = ["bench_latency", "bench_magic", "bench_scaling", "bench_throughput", "bench_horovod", "bench_kept",
-           "bench_data", "bench_connect", "bench_restarts", "bench_first_cell", "bench_late_executors", "bench_multihost", "bench_report",
-           "bench_debug", "bench_gpu", "profile_phases"]
+           "bench_data", "bench_connect", "bench_restarts", "bench_first_cell", "bench_late_executors",
+           "bench_multihost", "bench_report", "bench_debug", "bench_gpu", "profile_phases"]
 LAUNCHER_NAMES = {"accelerate notebook_launcher": "Accelerate notebook_launcher",
                   "torchrun --nproc_per_node 2": "torchrun --nproc_per_node 2",
                   "TorchDistributor local_mode=True": "TorchDistributor(local_mode=True)",
