@@ -61,6 +61,10 @@ def set_env(plan: RunPlan, rank: int, rdv: C.RendezvousMsg, gpu_address: str | N
         "LOCAL_WORLD_SIZE": rdv["local_world_size"], "GROUP_RANK": rdv.get("group_rank", 0),
         "GROUP_WORLD_SIZE": rdv.get("num_hosts", 1),
         "MASTER_ADDR": rdv["master_addr"], "MASTER_PORT": rdv["master_port"],
+        # horovodrun's names for the same, which Horovod scripts sometimes read instead of calling hvd.rank()
+        "HOROVOD_RANK": rank, "HOROVOD_SIZE": plan.world_size, "HOROVOD_LOCAL_RANK": rdv["local_rank"],
+        "HOROVOD_LOCAL_SIZE": rdv["local_world_size"], "HOROVOD_CROSS_RANK": rdv.get("group_rank", 0),
+        "HOROVOD_CROSS_SIZE": rdv.get("num_hosts", 1),
     }
     os.environ.update({k: str(v) for k, v in env.items()})
     if plan.loopback:

@@ -46,6 +46,9 @@ def test_ddp_runs_and_rank0_value_comes_back_with_env_and_live_state(backend):
     env = value["env"]
     assert env["RANK"] == "0" and env["WORLD_SIZE"] == "2" and env["LOCAL_WORLD_SIZE"] == "2"
     assert env["MASTER_ADDR"] == "127.0.0.1" and int(env["MASTER_PORT"]) > 0
+    horovodrun = {k[8:]: v for k, v in env.items() if k.startswith("HOROVOD_")}
+    assert horovodrun == {"RANK": "0", "SIZE": "2", "LOCAL_RANK": "0", "LOCAL_SIZE": "2", "CROSS_RANK": "0",
+                          "CROSS_SIZE": "1"}  # as horovodrun sets them: Horovod scripts read them
     assert (result.state.backend == "local") if backend == "local" else result.state.backend.startswith("spark")
     assert [r.state for r in result.state.ranks] == ["done", "done"]
     assert [r.step for r in result.state.ranks] == [10, 10]

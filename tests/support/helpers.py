@@ -28,7 +28,9 @@ def ddp_train(steps: int = 10):
     w = model.module.weight.detach().clone()
     return {"rank": dist.get_rank(), "world": dist.get_world_size(), "losses": losses, "weight": w,
             "env": {k: os.environ[k] for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
-                                                "MASTER_ADDR", "MASTER_PORT")}}
+                                                "MASTER_ADDR", "MASTER_PORT", "HOROVOD_RANK", "HOROVOD_SIZE",
+                                                "HOROVOD_LOCAL_RANK", "HOROVOD_LOCAL_SIZE", "HOROVOD_CROSS_RANK",
+                                                "HOROVOD_CROSS_SIZE")}}
 
 
 def fail_on(rank_to_fail: int, how: str = "raise"):
