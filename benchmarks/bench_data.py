@@ -1,6 +1,6 @@
 """Issue 12: preprocessing offloaded to Spark executors while the ranks train, side by side in one run.
 
-    python benchmarks/bench_data.py [--rows 3072] [--batch 16] [--step-ms 100] [--rounds 2]
+    python benchmarks/bench_data.py [--rows 3072] [--batch 16] [--step-ms 100] [--rounds 3]
 
 Synthetic 3x64x64 float images (a DataFrame made by Spark tasks and cached; for Ray, made by Ray tasks and
 materialized), a CPU-heavy transform (the blur repeated until one batch takes about one training step on one
@@ -20,7 +20,8 @@ Measured per mode: steady steps/s (after the first two batches, mean over ranks)
 to its last step: start-up included; Ray Data computes ahead into its object store while Ray Train starts,
 so its steady rate is partly read from a finished buffer), and each rank's peak RSS; then the rank's peak
 RSS of (c) with the dataset 10 times larger (no transform, no sleep: the data plane as fast as it goes).
-Targets: (c) >= 1.8 x (a); (c) >= (d), steady and per epoch; peak RSS flat (10x data within 1.25x).
+Targets: (c) >= 1.8 x (a); (c) >= 0.95 x (b) steady; (c) >= (d), steady and per epoch; peak RSS flat (10x data
+within 1.25x).
 """
 from __future__ import annotations
 
@@ -48,7 +49,7 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--rows", type=int, default=3072)
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--step-ms", type=float, default=100.0)
-    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--modes", default="inline,dataloader,offloaded,ray,petastorm")
     return ap.parse_args()
 
@@ -195,14 +196,16 @@ def report(results: dict[str, list[dict[str, float]]], memory: dict[str, float],
     rows.append(["petastorm", "-", "-", "-", "-", "-", petastorm[:90]])
     print(common.table(["mode", "steady steps/s", "vs inline", "epoch steps/s", "first batch s", "epoch s",
                         "rank peak RSS MB"], rows))
-    ours, ray = med.get("offloaded", {}), med.get("ray", {})
+    ours, ray, loader = med.get("offloaded", {}), med.get("ray", {}), med.get("dataloader", {})
     kv = {"offloaded_over_inline": ours.get("steps_per_s", nan) / base,
+          "offloaded_over_dataloader": ours.get("steps_per_s", nan) / loader.get("steps_per_s", nan) if loader else nan,
           "offloaded_over_ray": ours.get("steps_per_s", nan) / ray.get("steps_per_s", nan) if ray else nan,
           "offloaded_over_ray_epoch": ours.get("epoch_steps_per_s", nan) / ray.get("epoch_steps_per_s", nan)
           if ray else nan,
           "rss_x1_mb": memory.get("x1", nan), "rss_x10_mb": memory.get("x10", nan),
           "rss_growth": memory.get("x10", nan) / memory.get("x1", nan)}
-    common.check_targets(kv, [("offloaded_over_inline", 1.8, True), ("offloaded_over_ray", 1.0, True),
+    common.check_targets(kv, [("offloaded_over_inline", 1.8, True), ("offloaded_over_dataloader", 0.95, True),
+                              ("offloaded_over_ray", 1.0, True),
                               ("offloaded_over_ray_epoch", 1.0, True), ("rss_growth", 1.25, False)])
     return {"medians": med, "kv": kv}
 

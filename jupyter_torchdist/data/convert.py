@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["arrow_columns", "output_columns", "to_torch"]
+__all__ = ["arrow_columns", "output_columns", "to_torch", "take_rows"]
 
 
 def _arrow_array(col: Any) -> Any:
@@ -36,6 +36,31 @@ def _arrow_array(col: Any) -> Any:
             if isinstance(inner, np.ndarray):
                 return inner.reshape(len(col), int(lengths.max()), *inner.shape[1:])
     return col.to_pylist()
+
+
+def _take_column(col: Any, indices: Any) -> Any:
+    """``col.take(indices)``; a list column whose rows all hold the same number of numbers (an image, an
+    embedding) is taken as fixed-size lists, a copy of each row's bytes: Arrow's take on variable lists builds an
+    index per element, 5 times slower for 3x64x64 floats."""
+    import pyarrow as pa
+
+    t = col.type
+    if (pa.types.is_list(t) or pa.types.is_large_list(t)) and len(col) and not col.null_count \
+            and pa.types.is_primitive(t.value_type):
+        lengths = col.value_lengths().to_numpy(zero_copy_only=False)
+        if lengths.min() == lengths.max() and lengths[0] > 0:
+            fixed = pa.FixedSizeListArray.from_arrays(col.flatten(), int(lengths[0]))
+            return fixed.take(indices).cast(t)
+    return col.take(indices)
+
+
+def take_rows(table: Any, indices: list[int]) -> Any:
+    """The rows of a pyarrow Table at ``indices``, in that order (``table.take``, faster for array columns)."""
+    import pyarrow as pa
+
+    chosen = pa.array(indices, type=pa.int64())
+    columns = [_take_column(table.column(i).combine_chunks(), chosen) for i in range(table.num_columns)]
+    return pa.Table.from_arrays(columns, schema=table.schema)
 
 
 def arrow_columns(table: Any) -> dict[str, Any]:

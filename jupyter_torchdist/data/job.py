@@ -88,10 +88,10 @@ def _source(plane: DataPlane, df: Any, columns: tuple[str, ...] | None, workers:
     return source, counts
 
 
-def _piece_json(piece: Piece) -> dict[str, Any]:
+def _piece_json(piece: Piece, ahead: bool = False) -> dict[str, Any]:
     fragments = [[f.rank, f.step, f.index, f.of, f.rows] for f in piece.fragments]
     return {"id": piece.id, "partition": piece.partition, "lo": piece.lo, "hi": piece.hi, "fragments": fragments,
-            "skip": piece.skip}
+            "skip": piece.skip, "ahead": ahead}
 
 
 class DataJob:
@@ -107,6 +107,7 @@ class DataJob:
         self._rows = 0
         self._ended = threading.Event()
         self._run: Callable[[dict[str, Any]], str] | None = None  # one piece's Spark job -> its status row
+        self._first: list[int] = []  # per lane, its first piece: the one not started ahead
 
     def start(self) -> EpochPlan:
         s, a = self.setup, self.setup.args
@@ -122,12 +123,13 @@ class DataJob:
                                       seed=a["seed"], epoch=a["epoch"], drop_last=a["drop_last"]), s.taken)
         self._run = s.plane.piece_runner(source, functools.partial(producer, s.spec), STATUS_SCHEMA, PIECE_PROPERTY)
         streams = 2 if s.pipeline else 1
+        self._first = [lane[0].id for lane in plan.lanes]
         self._lanes, self._left = len(plan.lanes), {k: streams for k in range(len(plan.lanes))}
         if not plan.lanes:
             self._ended.set()
         for k, lane in enumerate(plan.lanes):
             for i in range(streams):  # pipelined: pieces 0, 2, 4... on one thread, 1, 3, 5... on another
-                s.plane.submit(functools.partial(self._stream, k, lane[i::streams]), lane=f"data-{k}-{i}")
+                s.plane.submit(functools.partial(self._stream, k, lane[i::streams], streams > 1), lane=f"data-{k}-{i}")
         return plan
 
     # -- lanes -------------------------------------------------------------------------------------------
@@ -140,8 +142,9 @@ class DataJob:
                    "running": sum(1 for n in self._running.values() if n), "rows": self._rows}
         self.inbox.put(Inbound(-1, C.BACKEND, msg))
 
-    def _run_piece(self, lane: int, piece: Piece) -> dict[str, Any]:
-        """One Spark job for one piece, retried when its task is lost; its status."""
+    def _run_piece(self, lane: int, piece: Piece, ahead: bool) -> dict[str, Any]:
+        """One Spark job for one piece, retried when its task is lost; its status. ``ahead``: the task starts
+        while the lane's previous piece still sends (pipelined), so its first transforms take only spare CPU."""
         last = ""
         assert self._run is not None
         for _ in range(ATTEMPTS):
@@ -149,7 +152,7 @@ class DataJob:
                 return {"cancelled": True}
             self._status(lane, running=1)
             try:
-                return dict(json.loads(self._run(_piece_json(piece))))
+                return dict(json.loads(self._run(_piece_json(piece, ahead))))
             except Exception as exc:
                 last = self.setup.plane.describe(exc)
             finally:
@@ -157,13 +160,14 @@ class DataJob:
         return {"error": f"the data task for partition {piece.partition} failed {ATTEMPTS} times; the last "
                          f"error: {last.splitlines()[0] if last else 'unknown'}", "traceback": last, "user": False}
 
-    def _stream(self, lane: int, pieces: tuple[Piece, ...]) -> None:
+    def _stream(self, lane: int, pieces: tuple[Piece, ...], pipelined: bool = False) -> None:
         """Run ``pieces`` one after another (all of a lane's, or every other one when pipelined)."""
         plane = self.setup.plane
+        first = self._first[lane] if self._first else None
         try:
             plane.begin(self.setup.group, "jupyter-torchdist data")
             for piece in pieces:
-                status = self._run_piece(lane, piece)
+                status = self._run_piece(lane, piece, ahead=pipelined and piece.id != first)
                 if status.get("cancelled") or self.cancelled.is_set():
                     return
                 if "error" in status:

@@ -14,7 +14,7 @@ pa = pytest.importorskip("pyarrow")
 from jupyter_torchdist.channel import protocol as P  # noqa: E402
 from jupyter_torchdist.data import DataError  # noqa: E402
 from jupyter_torchdist.data.codec import Header, decode, encode, join  # noqa: E402
-from jupyter_torchdist.data.convert import arrow_columns, output_columns, to_torch  # noqa: E402
+from jupyter_torchdist.data.convert import arrow_columns, output_columns, take_rows, to_torch  # noqa: E402
 from jupyter_torchdist.data.plan import plan_epoch  # noqa: E402
 from jupyter_torchdist.data.producer import ProducerSpec, run_piece  # noqa: E402
 from jupyter_torchdist.data.receiver import Receiver  # noqa: E402
@@ -82,6 +82,20 @@ def test_columns_become_arrays_tensors_or_lists():
         output_columns({"a": np.zeros(3)}, 4)
     with pytest.raises(TypeError, match="pandas DataFrame or a dict"):
         output_columns(42, 4)
+
+
+def test_take_rows_is_arrows_take_for_every_kind_of_column():
+    table = _table(40, width=5).append_column("ragged", pa.array([[float(i)] * (i % 3) for i in range(40)]))
+    table = table.append_column("holes", pa.array([None if i % 7 == 0 else [1, i] for i in range(40)]))
+    table = table.append_column("nested", pa.array([[[i, 1], [2]] for i in range(40)]))
+    table = table.append_column("inner_nulls", pa.array([[1.0, None] for _ in range(40)]))
+    table = table.replace_schema_metadata({"from": "spark"})
+    order = list(np.random.default_rng(0).permutation(30))
+    for source in (table, table.slice(10, 30), pa.concat_tables([table.slice(0, 10), table.slice(10, 20)])):
+        got = take_rows(source, order[:len(source)] if len(source) < 40 else order)
+        want = source.take(order[:len(source)] if len(source) < 40 else order)
+        assert got.equals(want) and got.schema.equals(source.schema, check_metadata=True), "the same rows, values, types and metadata"
+    assert take_rows(table.slice(0, 0), []).num_rows == 0
 
 
 @pytest.mark.parametrize("tls", [False, True])
