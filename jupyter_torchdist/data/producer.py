@@ -131,7 +131,7 @@ def _idle_priority() -> None:
     without privileges, so such work gets a thread of its own."""
     tid = threading.get_native_id()
     try:
-        os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))  # type: ignore[attr-defined]
+        os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
     except (AttributeError, OSError):
         try:
             os.setpriority(os.PRIO_PROCESS, tid, 19)
