@@ -7,10 +7,10 @@ data workers (``batches()``) use them, and importing pandas costs about half a s
 
 What was imported is then frozen out of the garbage collector (``gc.freeze``): Spark's daemon runs a full
 ``gc.collect()`` in a reused worker after every task, and with torch, pandas and pyarrow loaded that walks
-about 320,000 objects (0.15 s in a fresh worker, 0.3 to 0.5 s in one that has run tasks, a whole core's
-time per task), which on a 2-core executor was a tenth of a data epoch's CPU. Frozen objects are never
-freed, which is right for modules that live as long as the worker, and forked workers then also leave
-their pages shared with the daemon instead of writing GC bookkeeping into them.
+about 320,000 objects (0.15 s in a fresh worker); a profile of a data epoch on a 2-core executor put about
+3.5 s of its workers' CPU there, more than a tenth of it. Frozen objects are never freed, which is right for
+modules that live as long as the worker, and forked workers then also leave their pages shared with the
+daemon instead of writing GC bookkeeping into them.
 """
 import gc
 
