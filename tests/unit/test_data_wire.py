@@ -2,7 +2,10 @@
 rank receivers. Ordering, the prefetch bound, retried pieces without duplicates, authentication, TLS."""
 from __future__ import annotations
 
+import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 
@@ -16,7 +19,7 @@ from jupyter_torchdist.data import DataError  # noqa: E402
 from jupyter_torchdist.data.codec import Header, decode, encode, join  # noqa: E402
 from jupyter_torchdist.data.convert import arrow_columns, output_columns, take_rows, to_torch  # noqa: E402
 from jupyter_torchdist.data.plan import plan_epoch  # noqa: E402
-from jupyter_torchdist.data.producer import ProducerSpec, run_piece  # noqa: E402
+from jupyter_torchdist.data.producer import AHEAD_FRAGMENTS, ProducerSpec, run_piece  # noqa: E402
 from jupyter_torchdist.data.receiver import Receiver  # noqa: E402
 
 SECRET = b"k" * 32
@@ -234,3 +237,30 @@ def test_the_listener_binds_one_address():
         assert receiver.listener.sock.getsockname()[0] == "127.0.0.1"
     finally:
         receiver.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="SCHED_IDLE is Linux's")
+@pytest.mark.parametrize("ahead", [False, True])
+def test_a_piece_started_ahead_makes_its_first_batches_at_idle_priority(ahead):
+    def policy(pdf):
+        import os as _os
+
+        return {"id": pdf["id"].to_numpy(), "policy": [_os.sched_getscheduler(0)] * len(pdf)}
+
+    plan = plan_epoch([40], 1, 8, lanes=1, shuffle=False)
+    world = World(1, prefetch=8, transform=policy, shuffle=False)
+    try:
+        piece = {**_piece_json(plan.pieces[0]), "ahead": ahead}
+        assert "error" not in run_piece(world.spec, piece, iter(_table(40).to_batches(max_chunksize=50)))
+        seen = [world.feeds[0].take()["policy"][0] for _ in range(plan.steps)]
+        idle = [os.SCHED_IDLE] * AHEAD_FRAGMENTS if ahead else [os.SCHED_OTHER] * AHEAD_FRAGMENTS
+        assert seen == idle + [os.SCHED_OTHER] * (plan.steps - AHEAD_FRAGMENTS)
+    finally:
+        world.close()
+
+
+def test_the_spark_daemon_forks_workers_with_its_imports_frozen_out_of_the_gc():
+    code = "import gc, jupyter_torchdist._daemon; print(gc.get_freeze_count())"
+    frozen = int(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                                timeout=120).stdout.split()[-1])
+    assert frozen > 100_000, "torch, pandas and pyarrow's objects are frozen before the daemon forks"
