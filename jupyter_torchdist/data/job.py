@@ -107,7 +107,6 @@ class DataJob:
         self._rows = 0
         self._ended = threading.Event()
         self._run: Callable[[dict[str, Any]], str] | None = None  # one piece's Spark job -> its status row
-        self._first: list[int] = []  # per lane, its first piece: the one not started ahead
 
     def start(self) -> EpochPlan:
         s, a = self.setup, self.setup.args
@@ -123,13 +122,13 @@ class DataJob:
                                       seed=a["seed"], epoch=a["epoch"], drop_last=a["drop_last"]), s.taken)
         self._run = s.plane.piece_runner(source, functools.partial(producer, s.spec), STATUS_SCHEMA, PIECE_PROPERTY)
         streams = 2 if s.pipeline else 1
-        self._first = [lane[0].id for lane in plan.lanes]
         self._lanes, self._left = len(plan.lanes), {k: streams for k in range(len(plan.lanes))}
         if not plan.lanes:
             self._ended.set()
         for k, lane in enumerate(plan.lanes):
             for i in range(streams):  # pipelined: pieces 0, 2, 4... on one thread, 1, 3, 5... on another
-                s.plane.submit(functools.partial(self._stream, k, lane[i::streams], streams > 1), lane=f"data-{k}-{i}")
+                lead = lane[0].id if streams > 1 else None  # pipelined: every later piece starts ahead
+                s.plane.submit(functools.partial(self._stream, k, lane[i::streams], lead), lane=f"data-{k}-{i}")
         return plan
 
     # -- lanes -------------------------------------------------------------------------------------------
@@ -160,14 +159,14 @@ class DataJob:
         return {"error": f"the data task for partition {piece.partition} failed {ATTEMPTS} times; the last "
                          f"error: {last.splitlines()[0] if last else 'unknown'}", "traceback": last, "user": False}
 
-    def _stream(self, lane: int, pieces: tuple[Piece, ...], pipelined: bool = False) -> None:
-        """Run ``pieces`` one after another (all of a lane's, or every other one when pipelined)."""
+    def _stream(self, lane: int, pieces: tuple[Piece, ...], lead: int | None = None) -> None:
+        """Run ``pieces`` one after another (all of a lane's, or every other one when pipelined, where every piece
+        but the lane's first, ``lead``, starts ahead)."""
         plane = self.setup.plane
-        first = self._first[lane] if self._first else None
         try:
             plane.begin(self.setup.group, "jupyter-torchdist data")
             for piece in pieces:
-                status = self._run_piece(lane, piece, ahead=pipelined and piece.id != first)
+                status = self._run_piece(lane, piece, ahead=lead is not None and piece.id != lead)
                 if status.get("cancelled") or self.cancelled.is_set():
                     return
                 if "error" in status:
