@@ -3,8 +3,8 @@
 ``%load_ext jupyter_torchdist`` then ``%%distribute -n 4`` on top of an ordinary training loop.
 
 The public API: the Python launcher (``run``, ``run_detailed``, ``last_run``, ``RunResult``,
-``TorchDistributor``, ``Ranks``), the rank-side helpers (``report``, ``rank``, ``world_size``, ``batches`` ...),
-and the errors.
+``TorchDistributor``, ``Ranks``), runs the notebook holds (``Run``, ``runs``, ``sweep``, ``Sweep``), the rank-side
+helpers (``report``, ``rank``, ``world_size``, ``batches`` ...), and the errors.
 Everything else is internal and may move.
 """
 from __future__ import annotations
@@ -15,7 +15,9 @@ from .data import DataError
 from .data.batches import batches
 from .errors import (CaptureError, DistributeError, LaunchError, OptionsError, RunError, RunFailed, RunInterrupted,
                      RunTimeout)
-from .kernel.api import run, run_detailed, spark_session
+from .kernel.api import run, run_detailed, spark_session, sweep
+from .kernel.runs import Run, runs
+from .kernel.sweep import Sweep
 from .kernel.kept import KeptInfo, Ranks
 from .kernel.kept_magic import kept
 from .kernel.result import RunResult
@@ -28,6 +30,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "run", "run_detailed", "last_run", "RunResult", "TorchDistributor", "Ranks", "KeptInfo", "kept", "spark_session",
+    "Run", "runs", "sweep", "Sweep",
     "report", "rank", "local_rank", "world_size", "local_world_size", "is_main", "device", "barrier",
     "main_first", "on_main", "batches", "DataError", "commit", "restore",
     "DistributeError", "OptionsError", "LaunchError", "CaptureError", "RunError", "RunFailed", "RunTimeout",

@@ -9,6 +9,7 @@ import shlex
 from dataclasses import dataclass
 
 from .errors import OptionsError
+from .grid import Grid, parse_grid
 
 __all__ = ["RunOptions", "OptionsError", "parse_options", "parse_argv", "options_help", "option_arity", "MAGIC_PROG",
            "CLI_PROG"]
@@ -42,6 +43,9 @@ class RunOptions:
     spark_tasks: bool = False     # the ranks must be Spark tasks (TorchDistributor(local_mode=False), horovod.spark)
     stall_after: float = DEFAULT_STALL_AFTER_S  # no progress, a rank this long in a collective: stalled (0: never)
     pdb: bool = False        # the root-cause rank's post-mortem in the notebook before the run fails
+    background: bool = False  # the cell returns a handle at once; the run goes on while other cells execute
+    sweep: Grid = ()          # run the cell once per combination of these names' values (background runs)
+    concurrent: int | None = None  # a sweep's runs at once (default: as many as the slots allow)
 
     def __post_init__(self) -> None:
         if not _whole(self.n) or self.n < 1:
@@ -68,6 +72,7 @@ class RunOptions:
             raise OptionsError(f"--checkpoint-dir must be a folder or a URL every rank can write (e.g. "
                                f"--checkpoint-dir /shared/ckpt or s3://bucket/run1), got {self.checkpoint_dir!r}")
         _check_debug(self)
+        _check_background(self)
         if not _finite_positive(self.max_payload_mb):
             raise OptionsError(f"--max-payload-mb must be a number of megabytes > 0 (e.g. --max-payload-mb 1024), "
                                f"got {self.max_payload_mb!r}")
@@ -92,6 +97,7 @@ class RunOptions:
             "max_restarts": self.max_restarts or None, "checkpoint_dir": self.checkpoint_dir,
             **({"pdb": True} if self.pdb else {}),
             **({"stall_after": self.stall_after} if self.stall_after != DEFAULT_STALL_AFTER_S else {}),
+            **({"background": True} if self.background else {}),
         }
 
 
@@ -102,6 +108,27 @@ def _check_debug(options: RunOptions) -> None:
                            f"run is stalled), got {options.stall_after!r}")
     if not isinstance(options.pdb, bool):
         raise OptionsError(f"--pdb is a switch, got {options.pdb!r}")
+
+
+def _check_background(options: RunOptions) -> None:
+    """Background runs and sweeps (the README's Background runs and sweeps)."""
+    if options.pdb and (options.background or options.sweep):
+        raise OptionsError("--pdb opens pdb at the notebook's prompt, which a background run does not hold: run the "
+                           "cell without --background (or --sweep) to debug it")
+    if options.concurrent is not None and (not _whole(options.concurrent) or options.concurrent < 1):
+        raise OptionsError(f"--concurrent must be a whole number of runs >= 1 (e.g. --concurrent 2), "
+                           f"got {options.concurrent!r}")
+    if options.concurrent is not None and not options.sweep:
+        raise OptionsError("--concurrent bounds how many of a sweep's runs train at once: use it with --sweep")
+    if options.sweep and options.keep:
+        raise OptionsError("--sweep runs the cell on fresh ranks once per combination; kept ranks (--keep) hold one "
+                           "namespace: drop one of the two")
+    if options.sweep and options.output:
+        raise OptionsError("-o/--output stores one run's value; a sweep's values are in its handle (the cell's value: "
+                           "`s = _`, then s.results()): drop -o")
+    if options.sweep and options.script:
+        raise OptionsError("--sweep sets names a cell reads; a script reads its arguments: run %distribute "
+                           "--background once per argument list instead")
 
 
 def _whole(value: object) -> bool:
@@ -115,6 +142,7 @@ def _finite_positive(value: object) -> bool:
 MAGIC_PROG = "%%distribute"
 CLI_PROG = "python -m jupyter_torchdist"
 _CELL_ONLY = {"output": "-o/--output", "all_ranks": "--all-ranks", "keep": "--keep"}  # about a cell's value or state
+_NOTEBOOK_ONLY = {"background": "--background", "sweep": "--sweep", "concurrent": "--concurrent"}  # a handle's
 
 
 class _Parser(argparse.ArgumentParser):
@@ -195,6 +223,7 @@ def _build_parser(prog: str) -> _Parser:
                    help="(cells) run on kept ranks: started by the first such cell, they keep their state (names "
                         "the cell assigns, the process group) for the next --keep cell; %%distribute_stop ends them")
     _add_fault_options(p)
+    _add_background_options(p)
     p.add_argument("script", nargs=argparse.REMAINDER,
                    help="a script and its arguments, run as torchrun would (the line magic and the command line)")
     return p
@@ -216,6 +245,26 @@ def _add_fault_options(p: _Parser) -> None:
     p.add_argument("--pdb", action="store_true",
                    help="when a rank raises, open its post-mortem (pdb) in the notebook before the run fails; the "
                         "other ranks are held meanwhile")
+
+
+def _sweep_grid(text: str) -> Grid:
+    try:
+        return parse_grid(text)
+    except OptionsError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _add_background_options(p: _Parser) -> None:
+    """The notebook stays usable while ranks train (a handle to the run comes back at once)."""
+    p.add_argument("--background", action="store_true",
+                   help="(notebook) return a handle to the run at once (jupyter_torchdist.Run: state, wait(), "
+                        "result(), stop()); the live view keeps updating while other cells run")
+    p.add_argument("--sweep", type=_sweep_grid, default=(), metavar='"NAME=[V1, V2]; ..."',
+                   help="(notebook) run the cell once per combination of these values, each name set as a global, "
+                        "as background runs; the value is a sweep handle (wait(), results(), best(), stop())")
+    p.add_argument("--concurrent", type=_whole_number, metavar="K",
+                   help="(with --sweep) at most K of the sweep's runs at once (default: as many as the task slots "
+                        "allow; with --local, the cores / ranks)")
 
 
 _PARSERS = {prog: _build_parser(prog) for prog in (MAGIC_PROG, CLI_PROG)}
@@ -245,6 +294,11 @@ def parse_argv(argv: list[str], prog: str = MAGIC_PROG) -> RunOptions:
         if given:
             raise OptionsError(f"{', '.join(given)} only mean something for a notebook cell's value; "
                                "a script's ranks return nothing here. Drop them.")
+        background = [flag for key, flag in _NOTEBOOK_ONLY.items() if values.get(key)]
+        if background:
+            raise OptionsError(f"{', '.join(background)} give a notebook a handle to the run; the command line "
+                               "waits for its run. Drop them (or run the script from a notebook: %distribute "
+                               "--background train.py ARGS).")
         if not values["script"]:
             raise OptionsError(f"no script given: {CLI_PROG} -n 2 train.py ARGS")
     return RunOptions(**values)

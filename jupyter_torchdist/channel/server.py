@@ -103,6 +103,7 @@ class ChannelServer:
             self._ssl = server_context(identity)
             self.tls_pin = identity.pin()
         self._conns: dict[tuple[int, str], _Conn] = {}
+        self._seen: set[tuple[int, str]] = set()  # every rank and role that ever connected to this run
         self._pending: set[_Slot] = set()
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
@@ -178,9 +179,11 @@ class ChannelServer:
         conn = _Conn(stream, rank, C.RANK if role == P.ROLE_RANK else C.AGENT)
         with conn.lock:  # a send() to this connection waits until our "OK" is out
             with self._lock:
-                if self._closed or (rank, conn.role) in self._conns:
-                    return None  # one connection per rank and role per run
+                if self._closed or (rank, conn.role) in self._seen:
+                    return None  # one connection per rank and role per run, ever: a rank never runs twice (a
+                    #              Spark job submitted again, e.g. by py4j retrying a call an interrupt cut off)
                 self._conns[(rank, conn.role)] = conn
+                self._seen.add((rank, conn.role))
             try:
                 sock.sendall(b"OK" + P.server_mac(self.secret, nonce))
                 if isinstance(sock, TLSStream):

@@ -48,6 +48,7 @@ class JobSetup:
     plane: DataPlane        # where the data tasks run (the DataFrame's session), and how they are submitted
     pipeline: bool = False  # free task slots for two tasks per worker: each starts its next piece's task early
     taken: int = 0          # a restart resuming the epoch: the batches every rank already had
+    lanes: str = "data"     # the run's own lane names start so (runs at once never wait for each other's lanes)
 
 
 def _count_rows(batches: Any) -> Any:
@@ -128,7 +129,7 @@ class DataJob:
         for k, lane in enumerate(plan.lanes):
             for i in range(streams):  # pipelined: pieces 0, 2, 4... on one thread, 1, 3, 5... on another
                 lead = lane[0].id if streams > 1 else None  # pipelined: every later piece starts ahead
-                s.plane.submit(functools.partial(self._stream, k, lane[i::streams], lead), lane=f"data-{k}-{i}")
+                s.plane.submit(functools.partial(self._stream, k, lane[i::streams], lead), lane=f"{s.lanes}-{k}-{i}")
         return plan
 
     # -- lanes -------------------------------------------------------------------------------------------

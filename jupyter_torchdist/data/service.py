@@ -137,7 +137,8 @@ class DataService:
             shuffle=bool(args["shuffle"]), seed=int(args["seed"]), epoch=int(args["epoch"]),
             sources=_sources(epoch.opens))
         return JobSetup(df, self.world, workers, args, spec, f"jupyter-torchdist-data-{self.run_id}-{epoch.seq}",
-                        plane=plane, pipeline=free >= 2 * workers, taken=int(resume.get("taken") or 0))
+                        plane=plane, pipeline=free >= 2 * workers, taken=int(resume.get("taken") or 0),
+                        lanes=f"data-{self.run_id}")
 
     def _start(self, epoch: _Epoch) -> None:
         from .job import DataJob

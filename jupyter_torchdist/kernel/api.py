@@ -1,15 +1,17 @@
 """The plain Python API under the magic, for code outside notebooks."""
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from ..grid import check_grid
 from ..options import RunOptions
 from ..views import RunView
 from .result import RunResult
-from .run import Work, launch
+from .run import Work, launch, launch_background
+from .sweep import Sweep, sweep_function
 
-__all__ = ["run", "run_detailed", "spark_session"]
+__all__ = ["run", "run_detailed", "sweep", "spark_session"]
 
 
 def run_detailed(fn: Callable[..., Any], *args: Any, n: int = 2, gpu: bool = False, local: bool = False,
@@ -25,17 +27,38 @@ def run_detailed(fn: Callable[..., Any], *args: Any, n: int = 2, gpu: bool = Fal
 
 def run(fn: Callable[..., Any], *args: Any, n: int = 2, gpu: bool = False, local: bool = False,
         timeout: float | None = None, all_ranks: bool = False, data_workers: int | None = None,
-        max_restarts: int = 0, checkpoint_dir: str | None = None, **kwargs: Any) -> Any:
+        max_restarts: int = 0, checkpoint_dir: str | None = None, background: bool = False, **kwargs: Any) -> Any:
     """Call ``fn(*args, **kwargs)`` on ``n`` ranks (process group ready) and return rank 0's value.
 
     With ``all_ranks=True`` the list of every rank's value comes back instead. A Spark DataFrame among the
     arguments reaches the ranks as a handle for ``jupyter_torchdist.batches``; ``data_workers`` Spark tasks
     prepare its batches (default: the session's task slots beyond the ranks'). ``max_restarts`` and
     ``checkpoint_dir`` are ``--max-restarts`` and ``--checkpoint-dir`` (``jupyter_torchdist.commit``/``restore``).
+    With ``background=True`` a ``Run`` handle comes back at once (``.result()`` gives the value later).
     """
+    if background:
+        options = RunOptions(n=n, gpu=gpu, local=local, timeout=timeout, all_ranks=all_ranks,
+                             data_workers=data_workers, max_restarts=max_restarts, checkpoint_dir=checkpoint_dir,
+                             background=True)
+        return launch_background(Work(fn, args, kwargs, title=f"run({getattr(fn, '__name__', 'fn')}) -n {n}"),
+                                 options)
     return run_detailed(fn, *args, n=n, gpu=gpu, local=local, timeout=timeout, all_ranks=all_ranks,
                         data_workers=data_workers, max_restarts=max_restarts, checkpoint_dir=checkpoint_dir,
                         **kwargs).value
+
+
+def sweep(fn: Callable[..., Any], grid: Mapping[str, Iterable[Any]], *args: Any, n: int = 2, gpu: bool = False,
+          local: bool = False, timeout: float | None = None, all_ranks: bool = False, concurrent: int | None = None,
+          max_restarts: int = 0, checkpoint_dir: str | None = None, **kwargs: Any) -> Sweep:
+    """Call ``fn(*args, **kwargs, **combination)`` on ``n`` ranks once per combination of ``grid`` (a dict of names
+    to lists of values), as background runs, ``concurrent`` at once (default: as many as the task slots hold).
+    Returns the sweep's handle at once: ``wait()``, ``results()``, ``best(metric)``, ``stop()``, ``runs``."""
+    checked = check_grid(grid)
+    options = RunOptions(n=n, gpu=gpu, local=local, timeout=timeout, all_ranks=all_ranks, concurrent=concurrent,
+                         max_restarts=max_restarts, checkpoint_dir=checkpoint_dir, sweep=checked, background=True)
+    from ..views.compare import NullSweepView
+
+    return sweep_function(fn, checked, options, args, kwargs, NullSweepView())
 
 
 def spark_session() -> Any:

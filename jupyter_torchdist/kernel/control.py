@@ -4,15 +4,19 @@ While a ``%%distribute`` cell runs, the kernel's main thread is in the run and i
 messages included) waits for the cell. ipykernel reads the control channel on a thread of its own, so the
 JupyterLab plugin sends the Stacks control's request there (``labextension/src/control.ts``) as a message of
 type ``REQUEST_TYPE``; the handler, registered by ``%load_ext``, hands it to the run going on (a message in its
-inbox) and replies at once. Kernels without a control thread or a handler table (other kernels, old
-ipykernels) are left alone: the view then shows the hint, and an interrupt still shows where each rank was.
+inbox) and replies at once. A background run's view names its run (its Stacks and its Stop reach that run only:
+the kernel's interrupt would stop whatever cell runs now, not it). Kernels without a control thread or a handler
+table (other kernels, old ipykernels) are left alone: the view then shows the hint, and an interrupt still shows
+where each rank was.
 """
 from __future__ import annotations
 
 import functools
 from typing import Any, Final
 
+from .. import contract as C
 from .debugging import want_stacks
+from .runs import find
 
 __all__ = ["register", "unregister", "REQUEST_TYPE", "REPLY_TYPE"]
 
@@ -25,11 +29,26 @@ def _handlers(shell: Any) -> dict[str, Any] | None:
     return handlers if isinstance(handlers, dict) else None
 
 
+def _accept(content: Any) -> bool:
+    """Hand the request to its run: ``stacks`` (of the run numbered ``run``, else the run going on in the
+    foreground) or ``stop`` (a background run's Stop: that run only)."""
+    want = content.get("want") if isinstance(content, dict) else None
+    number = content.get("run") if isinstance(content, dict) else None
+    run = find(number) if isinstance(number, int) and not isinstance(number, bool) else None
+    if want == "stacks":
+        return run.ask({"t": C.WHERE_WANTED}) if run is not None else want_stacks()
+    if want == "stop" and run is not None:
+        return run.stop("the view's Stop")
+    return False
+
+
 def _on_request(kernel: Any, stream: Any, ident: Any, parent: dict[str, Any]) -> None:
     """Runs on the kernel's control thread: pass the request on, never block, never raise."""
     content = parent.get("content") if isinstance(parent, dict) else None
-    want = content.get("want") if isinstance(content, dict) else None
-    accepted = want_stacks() if want == "stacks" else False
+    try:
+        accepted = _accept(content)
+    except Exception:
+        accepted = False
     try:
         kernel.session.send(stream, REPLY_TYPE, {"status": "ok", "accepted": accepted}, parent, ident)
     except Exception:

@@ -147,6 +147,12 @@ class Debugging:
     def _read(self, rank: int, msg: C.PdbMsg) -> str | None:
         """What pdb printed, then its prompt labelled with the rank: the user's line (None: no more input)."""
         text = msg.get("text", "")
+        if self.sup.state.background:  # printed from its thread, it would land in whichever cell runs now
+            if self.no_stdin is None:
+                self.no_stdin = "a background run has no prompt in the notebook (run the cell without --background)"
+                self.sup.state.notes.append(f"rank {rank} is in pdb, but {self.no_stdin}: pdb was told there is no "
+                                            "more input")
+            return None
         if text:
             sys.stdout.write(text if text.endswith("\n") else text + "\n")
             sys.stdout.flush()

@@ -9,6 +9,7 @@ set, and a kernel that dies takes them with it (their agents kill them when the 
 from __future__ import annotations
 
 import atexit
+import itertools
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -22,12 +23,16 @@ from .pickling import pack
 from .rankset import KeptInfo, RankSet
 from .restarts import CheckpointFolder, restartable
 from .result import RunResult
+from .driver import Gate
 from .run import execute
+from .runs import Run
+from .slots import Ticket, turns
 
 __all__ = ["Ranks", "KeptInfo", "notebook_ranks", "set_notebook_ranks"]
 
 
 _live: weakref.WeakSet[Ranks] = weakref.WeakSet()
+_numbers = itertools.count(1)
 
 
 @dataclass(frozen=True)
@@ -60,6 +65,7 @@ class Ranks:
         self._folder: CheckpointFolder | None = None   # where jt.commit writes, for the set's whole life
         self._restarts = 0
         self._lost: RunFailed | None = None            # the set broke in a way a restart mends: at the next call
+        self.turn_pool = f"kept ranks {next(_numbers)}"  # one cell at a time runs on them (slots.turns)
         _live.add(self)
 
     @classmethod
@@ -118,21 +124,32 @@ class Ranks:
         kept.close()
         return True
 
+    def turn(self, run: Run) -> Gate:
+        """``run``'s turn on these ranks: cells run one at a time, in the order they came, never interleaved."""
+        return Gate(Ticket(run.id, 1, self.turn_pool, what="turn"), lambda: 1)
+
+    def busy(self) -> list[int]:
+        """The runs (cells) running on these ranks or waiting for them, by number."""
+        return turns.numbers(self.turn_pool)
+
     def describe(self) -> KeptInfo | None:
         up = self._up
         return up.describe() if up is not None else None
 
     def execute(self, payload: bytes, options: RunOptions, *, title: str, view: RunView | None = None,
-                filename: str = "<distributed>", source: str = "") -> RunResult:
+                filename: str = "<distributed>", source: str = "", run: Run | None = None) -> RunResult:
         """Run one packed payload as the next cell (starting the ranks first if none are up, or again if they were
-        lost and ``max_restarts`` allows)."""
+        lost and ``max_restarts`` allows). ``run``: the cell's handle (its stop interrupts this cell only)."""
         ranks = self._up
         if ranks is not None and ranks.cells:
             ranks = self._unless_lost(ranks)
         if ranks is None and self._lost is not None:
-            ranks = self._restart()
+            ranks = self._restart(quiet=options.background)
         if ranks is None:
             ranks = self._start(_First(payload, options, title, filename, source))
+        if run is not None:
+            ranks.number = run.id
+            run.attach(ranks.inbox)
         try:
             return execute(payload, options, ranks, view or NullView(), filename=filename, source=source, title=title)
         except RunFailed as exc:
@@ -167,8 +184,9 @@ class Ranks:
             error.extra.append(f"--max-restarts: the kept ranks start again from the last commit at the next cell "
                                f"({self.options.max_restarts - self._restarts} restarts left)")
 
-    def _restart(self) -> RankSet:
-        """New ranks, the call that started the set run again on them (its jt.restore loads the last commit)."""
+    def _restart(self, quiet: bool = False) -> RankSet:
+        """New ranks, the call that started the set run again on them (its jt.restore loads the last commit).
+        ``quiet``: a background cell's thread says nothing (it would print into whichever cell runs now)."""
         lost, self._lost = self._lost, None
         assert lost is not None and self._first is not None and self._folder is not None
         self._restarts += 1
@@ -178,6 +196,8 @@ class Ranks:
         execute(first.payload, first.options, ranks, NullView(), filename=first.filename, source=first.source,
                 title=first.title)
         root = lost.root
+        if quiet:
+            return ranks
         print(f"jupyter-torchdist: kept ranks restarted from step {step or 0}; names defined since then are gone "
               f"(the cell that started them ran again{f' after {root.label()} failed: {root.summary}' if root else ''})"
               f" - restart {self._restarts} of {self.options.max_restarts}")

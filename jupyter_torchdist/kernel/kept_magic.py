@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from ..errors import LaunchError
 from ..launchers import backend_for
 from ..options import RunOptions
 from ..rank.kept_payload import KeptPostMortem
@@ -11,7 +12,12 @@ from ..views import make_view
 from .cell import CellSyntaxError
 from .kept import KeptInfo, Ranks, notebook_ranks, set_notebook_ranks
 from .kept_cell import kept_cell
+from .driver import Driven, background_run, drive, go
 from .pickling import pack
+from .restarts import ContinuedView
+from .result import RunResult
+from .run import Work
+from .runs import Run, new_run
 
 __all__ = ["run_kept", "stop_kept", "kept", "debug_kept"]
 
@@ -54,6 +60,10 @@ def _ranks_for(options: RunOptions) -> Ranks:
     ranks = notebook_ranks()
     info = ranks.describe() if ranks is not None else None
     why = _differs(info, options) if info is not None else None
+    if ranks is not None and why is not None and ranks.busy():
+        busy = ranks.busy()[0]
+        raise LaunchError(f"the kept ranks are busy with run {busy} and {why}: wait for it (%distribute_wait {busy}) "
+                          "or stop it (jupyter_torchdist.runs()[...].stop()) before starting different kept ranks")
     if ranks is not None and info is not None and why is not None:
         ranks.stop()
         print(f"jupyter-torchdist: stopped the {_describe(info)} ({why}); their state is gone. Starting new ones.")
@@ -66,7 +76,8 @@ def _ranks_for(options: RunOptions) -> Ranks:
 
 
 def run_kept(shell: Any, line: str, cell: str, options: RunOptions, number: int) -> Any:
-    """Run the cell on the notebook's kept ranks (starting them if none are up); its value."""
+    """Run the cell on the notebook's kept ranks (starting them if none are up), after the cells already running
+    or waiting there; its value, or (``--background``) its handle at once."""
     ranks = _ranks_for(options)
     filename = f"Cell In[{number}]"
     try:
@@ -78,12 +89,31 @@ def run_kept(shell: Any, line: str, cell: str, options: RunOptions, number: int)
     payload = pack(job, max_bytes=options.max_payload_bytes, named=job.shipped)
     header = f"%%distribute {line}".strip()
     n = ranks.options.n
-    run_options = options if options.n == n else RunOptions(**{**options.__dict__, "n": n})
-    result = ranks.execute(payload, run_options, title=f"{header} (cell {ranks_cells(ranks) + 1} on kept ranks)",
-                           view=make_view(shell, options.quiet), filename=filename, source=header + "\n" + job.source)
+    run_options = options if options.n == n else replace(options, n=n)
+    work = Work(job, title=f"{header} (a cell on kept ranks)", filename=filename, source=header + "\n" + job.source)
+
+    def attempts(d: Driven) -> RunResult:
+        return ranks.execute(d.payload, d.options, title=f"{header} (cell {ranks_cells(ranks) + 1} on kept ranks)",
+                             view=d.shown, filename=work.filename, source=work.source, run=d.run)
+
+    view = make_view(shell, options.quiet, background=options.background)
+    if options.background:
+        d = background_run(payload, run_options, view, work, attempts)
+        go(d, on_end=_stores(shell, options.output), gates=[ranks.turn(d.run)])
+        return d.run
+    run = new_run(work.title, run_options)
+    result = drive(Driven(run, payload, run_options, work, ContinuedView(view), attempts), [ranks.turn(run)], None)
     if options.output:
         shell.user_ns[options.output] = result.value
     return result.value
+
+
+def _stores(shell: Any, name: str | None) -> Any:
+    """What a background cell does when it ends: ``-o NAME`` is set to its value if it succeeded."""
+    def store(run: Run) -> None:
+        if name and run.state == "done":
+            shell.user_ns[name] = run.result()
+    return store
 
 
 def ranks_cells(ranks: Ranks) -> int:

@@ -44,6 +44,9 @@ class RunLifecycle:
     data: DataStats = field(default_factory=DataStats)
     committed: tuple[int, float, int, float] | None = None  # the last jt.commit: (step, when, bytes, seconds)
     debug: RunDebug = field(default_factory=RunDebug)  # the stall rule, pdb's quit (stall.py)
+    run_id: int | None = None        # the kernel's number for the run (jupyter_torchdist.runs())
+    background: bool = False         # the notebook went on while it ran (--background, a sweep's run)
+    stopped_by: str | None = None    # who stopped it, when that was not the kernel's interrupt ("run.stop()")
 
     def __post_init__(self) -> None:
         if not self.ranks:
@@ -120,7 +123,8 @@ class RunLifecycle:
             return RunTimeout(f"timed out after {timeout:g} s; ranks still running were {verb}: {still}",
                               self.failures, self.world_size)
         if self.stop_reason == "interrupted":
-            return RunInterrupted(f"interrupted: every rank was {verb}", self.failures, self.world_size)
+            how = f"stopped by {self.stopped_by}" if self.stopped_by else "interrupted"
+            return RunInterrupted(f"{how}: every rank was {verb}", self.failures, self.world_size)
         if self.failures:
             return RunFailed(self._failure_headline(), self.failures, self.world_size)
         if value_needed and not self.ranks[0].has_result:

@@ -8,10 +8,10 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
 
 from ..errors import OptionsError
-from ..launchers import on_load, on_unload
+from ..launchers import guard_interrupts, on_load, on_unload
 from ..options import RunOptions, options_help, parse_options
 from ..views import make_view
-from . import control, kept_magic
+from . import background_magic, control, kept_magic
 from .cell import CellSyntaxError, compile_cell
 from .run import Work, launch
 
@@ -59,6 +59,10 @@ class DistributeMagics(Magics):
         work = self._cell_work(line, cell) if cell is not None else self._script_work(options)
         if work is None:
             return None  # a syntax error, already shown the way IPython shows one
+        if options.sweep:
+            return background_magic.run_sweep(self.shell, work, options)
+        if options.background:
+            return background_magic.run_background(self.shell, work, options)
         result = launch(work, options, make_view(self.shell, options.quiet))
         if options.output:
             self.shell.user_ns[options.output] = result.value
@@ -82,6 +86,13 @@ class DistributeMagics(Magics):
         kept_magic.debug_kept(self.shell)
 
     @line_magic
+    def distribute_wait(self, line: str) -> Any:
+        """Wait for a background run (%distribute_wait 3; the last one by default, or its whole sweep) and give its
+        value, or raise its error as the cell would have in the foreground. An interrupt stops the wait, not the
+        run."""
+        return background_magic.wait_for(line)
+
+    @line_magic
     def distribute_stop(self, line: str) -> None:
         """Stop the notebook's kept ranks (%%distribute --keep): every process ends, their slots are free."""
         print(kept_magic.stop_kept())
@@ -102,10 +113,12 @@ DistributeMagics.distribute.__doc__ = (
 
 def _activate_embedded_session(*_: Any) -> None:
     """Before each cell: once our embedded session is up, it is the notebook's active session too
-    (the JVM keeps the active session per thread, and it was made on a background thread)."""
+    (the JVM keeps the active session per thread, and it was made on a background thread); and the kernel's
+    interrupt stops that cell, never our runs going on beside it (``launchers.interrupts``)."""
     from ..launchers.spark_session import activate_embedded
 
     activate_embedded()
+    guard_interrupts()
 
 
 def load(ipython: Any) -> None:

@@ -68,12 +68,14 @@ class RankSet:
         self.attempt = 1                    # which start of the run these ranks are
         self.carried: list[str] = []        # notes from the attempts before this one, for its view
         self.failed_rank: int | None = None  # the last cell's root-cause rank, if it raised (kept ranks)
+        self.number: int | None = None      # the run's number in this kernel (jupyter_torchdist.runs())
 
     # -- one cell ----------------------------------------------------------------------------------------
     def new_state(self, options: RunOptions, title: str) -> RunState:
         cell = self.cells + 1
         state = RunState(options.n, title=title, options=options.summary(), backend=self.info.label,
-                         started_at=time.time(), cell=cell if self.keep else None)
+                         started_at=time.time(), cell=cell if self.keep else None, run_id=self.number,
+                         background=options.background)
         state.notes.extend(self.carried)
         state.debug.stall_after = options.stall_after or None
         if self.keep and self.launcher.slot_noun:

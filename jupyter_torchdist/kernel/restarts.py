@@ -82,6 +82,11 @@ class ContinuedView:
         self._last = snapshot
         self.inner.update(snapshot)
 
+    @property
+    def finished(self) -> bool:
+        """A last frame was drawn (the report follows at ``close``)."""
+        return self._last is not None
+
     def close(self) -> None:
         """The run is over (a value, or an error not retried): the report replaces the view."""
         if self._last is not None:

@@ -2,29 +2,29 @@
 
 ``execute`` runs one cell on a set of ranks (``rankset.RankSet``: fresh ones for a one-shot run, the kept
 ones for ``--keep``), from the first frame of the view to the value or the error with the result on it
-(``exc.result``), so logs and state of a failed run stay reachable. ``launch`` packs the work, runs it on
-fresh ranks and keeps the result for ``last_run()``.
+(``exc.result``), so logs and state of a failed run stay reachable. ``launch`` packs the work and runs it on
+fresh ranks here, ``launch_background`` on a thread of its own (``driver.py``: the turn, the handle).
 """
 from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import DistributeError, RunError, RunFailed
+from ..errors import DistributeError, RunError, RunFailed, RunInterrupted
 from ..options import RunOptions
 from ..views import NullView, RunView
+from .driver import Driven, background_run, drive, go, slots_gate
 from .pickling import pack
 from .rankset import RankSet
 from .result import RunResult
 from .restarts import Attempt, CheckpointFolder, ContinuedView, failed_attempt
+from .runs import Run, last_result, new_run
 from .supervisor import plain_sigint
 
-__all__ = ["Work", "launch", "execute", "last_run"]
-
-_last: RunResult | None = None
+__all__ = ["Work", "launch", "launch_background", "prepare_background", "execute", "last_run"]
 
 
 @dataclass(frozen=True)
@@ -40,39 +40,54 @@ class Work:
 
 
 def last_run() -> RunResult | None:
-    """The last run's result in this process (state, every rank's logs), failed runs included."""
-    return _last
+    """The result of the run that ended last in this process (state, every rank's logs), failed runs included."""
+    return last_result()
 
 
 def launch(work: Work, options: RunOptions, view: RunView | None = None) -> RunResult:
-    """Run ``work`` as ``options.n`` fresh ranks and return the result, or raise the run's error."""
-    global _last
+    """Run ``work`` as ``options.n`` fresh ranks, here, and return the result, or raise the run's error. A run that
+    must wait for slots other runs of this kernel hold waits its turn, up to ``--wait``."""
     payload = pack(work.fn, work.args, work.kwargs, max_bytes=options.max_payload_bytes)
-    try:
-        result = _attempts(payload, options, view or NullView(), work)
-    except DistributeError as exc:
-        _last = exc.result if isinstance(exc.result, RunResult) else _last
-        raise
-    _last = result
-    return result
+    run = new_run(work.title, options)
+    d = Driven(run, payload, options, work, ContinuedView(view or NullView()), _attempts)
+    return drive(d, [slots_gate(run, options)], deadline=time.time() + options.wait)
 
 
-def _attempts(payload: bytes, options: RunOptions, view: RunView, work: Work) -> RunResult:
+def launch_background(work: Work, options: RunOptions, view: RunView | None = None, *,
+                      on_end: Callable[[Run], None] | None = None) -> Run:
+    """Start ``work`` on fresh ranks and return its handle at once (``Run``); the run goes on on a thread of its own,
+    waiting its turn for slots first. ``on_end`` is called with the handle once the run has ended."""
+    d = prepare_background(work, options, view)
+    go(d, on_end)
+    return d.run
+
+
+def prepare_background(work: Work, options: RunOptions, view: RunView | None = None,
+                       params: Mapping[str, Any] | None = None) -> Driven:
+    """A background run's handle and first frame, not started yet (``driver.go`` starts it: a sweep's scheduler)."""
+    payload = pack(work.fn, work.args, work.kwargs, max_bytes=options.max_payload_bytes)
+    return background_run(payload, options, view or NullView(), work, _attempts, params)
+
+
+def _attempts(d: Driven) -> RunResult:
     """Run on fresh ranks; with ``--max-restarts``, again on fresh ranks after a failure from outside the cell's
     code, up to that many times (``restarts``), the ranks resuming from the last ``jt.commit``."""
-    shown = ContinuedView(view) if options.max_restarts else view
+    options, work = d.options, d.work
     folder: CheckpointFolder | None = None
     failed: list[Attempt] = []
     try:
         while True:
+            if d.run.stop_asked is not None:
+                raise RunInterrupted(f"stopped by {d.run.stop_asked} before attempt {len(failed) + 1} started")
             ranks = RankSet(options)
+            d.run.attach(ranks.inbox)
             if folder is None:
                 folder = CheckpointFolder.for_run(options, ranks.info.loopback)
-            ranks.checkpoint, ranks.attempt = folder.where, len(failed) + 1
+            ranks.checkpoint, ranks.attempt, ranks.number = folder.where, len(failed) + 1, d.run.id
             ranks.carried = [a.line(options.max_restarts + 1) for a in failed]
             started = time.time()
             try:
-                result = execute(payload, options, ranks, shown, filename=work.filename, source=work.source,
+                result = execute(d.payload, options, ranks, d.shown, filename=work.filename, source=work.source,
                                  title=work.title + (f" (attempt {ranks.attempt})" if failed else ""))
                 result.attempts = failed
                 return result
@@ -87,8 +102,6 @@ def _attempts(payload: bytes, options: RunOptions, view: RunView, work: Work) ->
                 attempt.restarted_at = time.time()
                 failed.append(attempt)
     finally:
-        if isinstance(shown, ContinuedView):
-            shown.close()
         if folder is not None:
             folder.remove()
 
@@ -110,9 +123,12 @@ def execute(payload: bytes, options: RunOptions, ranks: RankSet, view: RunView, 
             filename: str = "<distributed>", source: str = "", title: str = "") -> RunResult:
     """Run an already packed payload (``pickling.pack``) as the next cell on ``ranks``; the result, or raise."""
     _check_alive(ranks)
-    for warning in ranks.info.warnings if ranks.cells == 0 else ():
-        print(f"jupyter-torchdist warning: {warning}", file=sys.stderr)
     state = ranks.new_state(options, title)
+    for warning in ranks.info.warnings if ranks.cells == 0 else ():
+        if options.background:  # printed from its thread, it would land in whichever cell runs now
+            state.notes.append(f"warning: {warning}")
+        else:
+            print(f"jupyter-torchdist warning: {warning}", file=sys.stderr)
     sup = ranks.supervisor(state, view, options)
     result = RunResult(value=None, values=sup.values, state=state)
     try:

@@ -26,6 +26,7 @@ def run_snapshot(state: RunLifecycle, log_tail: int = LOG_TAIL) -> RunSnapshot:
         "data": data_snapshot(state.data, [r.usage for r in state.ranks]),
         "ranks": [_rank_snapshot(r, end, log_tail) for r in state.ranks],
         "stall": stall_text(state.debug, state.ranks, state.started_at, state.now) if state.ended_at is None else None,
+        "run_id": state.run_id, "background": state.background,
     }
 
 

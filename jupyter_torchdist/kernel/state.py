@@ -45,6 +45,8 @@ class RunState(RunLifecycle):
             fold_data_status(self.data, msg)
         elif msg["t"] == C.WHERE_WANTED:
             pass  # the user asked for the stacks: the supervisor asks the ranks, their PLACEs fold in
+        elif msg["t"] == C.STOP_WANTED:
+            self.stopped_by = self.stopped_by or msg.get("by") or "run.stop()"  # the supervisor stops the run
         elif rank >= 0:
             self._about_rank(self.ranks[rank], role, msg, at)
 

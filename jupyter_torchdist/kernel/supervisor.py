@@ -75,6 +75,8 @@ class Supervisor:
         if ev.role == C.RANK and t == C.RESULT and ev.msg.get("value") is not None:
             self._take_value(ev)
         self.debugging.handle(ev)
+        if ev.role == C.BACKEND and t == C.STOP_WANTED:
+            self.stop("interrupted")  # run.stop(), a background run's Stop: this run only
         if self.state.failures and self.first_failure_at is None:
             self.first_failure_at = time.time()
         if any(not f.secondary for f in self.state.failures.values()) and not self.debugging.holding():

@@ -9,10 +9,11 @@ from typing import Any
 
 from ..options import RunOptions
 from .base import Capacity, DataPlane, Launcher
+from .interrupts import guard_interrupts
 from .registry import Backend, backend_for, backends, launcher_for, register, unregister
 
 __all__ = ["Launcher", "Capacity", "DataPlane", "Backend", "register", "unregister", "backends", "backend_for",
-           "launcher_for", "data_plane", "on_load", "on_unload"]
+           "launcher_for", "data_plane", "on_load", "on_unload", "guard_interrupts"]
 
 
 def _local(options: RunOptions) -> bool:

@@ -275,7 +275,7 @@ class ConnectLauncher(Launcher):
 
         if plan.keep:
             hold(plan.run_id, plan.world_size)
-        submit_job(job, lane="connect-kept" if plan.keep else "connect-runs")
+        submit_job(job, lane=f"connect-run-{plan.run_id}")  # a lane of its own: runs at once never wait
 
     def cancel(self) -> None:
         if self._tag is not None and self._spark is not None:

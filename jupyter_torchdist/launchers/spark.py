@@ -75,7 +75,7 @@ def _session() -> tuple[Any, bool]:
     return session, embedded
 
 
-def _check_slots(spark: Any, n: int, embedded: bool, wait_s: float) -> None:
+def _check_slots(spark: Any, n: int, embedded: bool, wait_s: float, quiet: bool = False) -> None:
     slots, held = slots_available(spark), held_slots()
     if n <= slots - held:
         return
@@ -90,30 +90,31 @@ def _check_slots(spark: Any, n: int, embedded: bool, wait_s: float) -> None:
                 "(spark.task.cpus), or --wait SECONDS for executors still starting")
         raise LaunchError(f"-n {n} needs {n} task slots at once, but this SparkSession ({master}) has {slots}. "
                           f"Ask for fewer ranks, or give the session more slots: {more}.")
-    _wait_for_slots(spark, n, wait_s)
+    _wait_for_slots(spark, n, wait_s, quiet)
 
 
-def _wait_for_slots(spark: Any, n: int, wait_s: float) -> None:
+def _wait_for_slots(spark: Any, n: int, wait_s: float, quiet: bool = False) -> None:
     """A cluster session may still be getting executors (or other notebooks hold the cores): wait for them, saying
-    so on one line, up to ``wait_s``; an interrupt ends the wait."""
+    so on one line (unless ``quiet``: a background run's thread), up to ``wait_s``; an interrupt ends the wait."""
     sc, began = spark.sparkContext, time.monotonic()
     shown = 0.0
     while True:
         slots, held = slots_available(spark), held_slots()
         waited = time.monotonic() - began
         if n <= slots - held:
-            if shown:
+            if shown and not quiet:
                 print(f"\rjupyter-torchdist: {slots} task slots after {waited:.0f} s; starting.{' ' * 30}", flush=True)
             return
         if waited >= wait_s:
             break
-        if waited - shown >= 1.0 or not shown:
+        if (waited - shown >= 1.0 or not shown) and not quiet:
             shown = max(waited, 1e-9)
             print(f"\rjupyter-torchdist: waiting for {n} task slots on {sc.master}: {slots - held} so far "
                   f"({_executors(sc)} executors), {waited:.0f} s of up to {wait_s:g} s (interrupt to stop)",
                   end="", flush=True)
         time.sleep(0.2)
-    print(flush=True)
+    if shown:
+        print(flush=True)
     holders = (who_holds_cores(sc.master, conf_of(sc), getattr(sc, "applicationId", None))
                if sc.master.startswith("spark://") else None)  # a standalone master's own view
     raise LaunchError(f"-n {n} needs {n} task slots at once, but after waiting {wait_s:g} s this SparkSession "
@@ -237,7 +238,7 @@ class SparkLauncher(Launcher):
         if self._dynamic:
             _check_dynamic(conf, options.n, options.wait)
         else:
-            _check_slots(spark, options.n, embedded, options.wait)
+            _check_slots(spark, options.n, embedded, options.wait, quiet=options.background)
         if options.gpu:
             self._check_gpus(options, conf)
         host = "127.0.0.1" if self._local else (conf.get("spark.driver.host") or "127.0.0.1")
@@ -283,7 +284,7 @@ class SparkLauncher(Launcher):
 
         if plan.keep:
             hold(plan.run_id, plan.world_size)
-        submit_job(job, lane="kept" if plan.keep else "runs")  # kept ranks hold their thread for their lifetime
+        submit_job(job, lane=f"run-{plan.run_id}")  # a lane of its own: runs at once; kept ranks hold it for good
 
     def capacity(self) -> Capacity:
         spark, _ = _session()

@@ -1,9 +1,11 @@
-"""Spark jobs as the backend runs them: one long-lived thread per lane, readable errors, slots kept ranks hold.
+"""Spark jobs as the backend runs them: lanes on long-lived threads, readable errors, slots kept ranks hold.
 
 Shared by the rank launcher (``spark``) and the data plane (``spark_data``); no pyspark import here.
 """
 from __future__ import annotations
 
+import collections
+import itertools
 import queue
 import re
 import threading
@@ -27,30 +29,65 @@ def release(run_id: str) -> None:
     _held.pop(run_id, None)
 
 
-class _Submitter:
-    """Runs Spark jobs one after another on one long-lived thread (one JVM thread each, no churn)."""
+class _Lanes:
+    """Jobs by lane: a lane's jobs run one after another, lanes side by side, on long-lived threads that are reused
+    (one JVM thread each, no churn). Runs at once each have lanes of their own, so none waits for another's job."""
 
-    def __init__(self, name: str) -> None:
-        self._jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
-        threading.Thread(target=self._loop, name=f"jtd-spark-{name}", daemon=True).start()
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._waiting: dict[str, collections.deque[Callable[[], None]]] = {}  # lanes with a job running: the next
+        self._idle: list[_Worker] = []
+        self._numbers = itertools.count()
+
+    def submit(self, job: Callable[[], None], lane: str) -> None:
+        with self._lock:
+            if lane in self._waiting:
+                self._waiting[lane].append(job)  # its worker takes it when the lane's job before it ends
+                return
+            self._waiting[lane] = collections.deque()
+            worker = self._idle.pop() if self._idle else None
+        (worker or _Worker(self, next(self._numbers))).give(lane, job)
+
+    def next_job(self, worker: _Worker, lane: str) -> Callable[[], None] | None:
+        """The lane's next job for the worker that ran its last one; None (the worker is idle) when there is none."""
+        with self._lock:
+            waiting = self._waiting[lane]
+            if waiting:
+                return waiting.popleft()
+            del self._waiting[lane]
+            self._idle.append(worker)
+            return None
+
+    def busy(self) -> int:
+        """Lanes with a job running."""
+        with self._lock:
+            return len(self._waiting)
+
+
+class _Worker:
+    def __init__(self, lanes: _Lanes, number: int) -> None:
+        self._lanes = lanes
+        self._given: queue.SimpleQueue[tuple[str, Callable[[], None]]] = queue.SimpleQueue()
+        threading.Thread(target=self._loop, name=f"jtd-spark-{number}", daemon=True).start()
+
+    def give(self, lane: str, job: Callable[[], None]) -> None:
+        self._given.put((lane, job))
 
     def _loop(self) -> None:
         while True:
-            self._jobs.get()()
-
-    def submit(self, job: Callable[[], None]) -> None:
-        self._jobs.put(job)
-
-
-_submitters: dict[str, _Submitter] = {}
-_submitters_lock = threading.Lock()
+            lane, job = self._given.get()
+            next_job: Callable[[], None] | None = job
+            while next_job is not None:
+                next_job()
+                next_job = self._lanes.next_job(self, lane)
 
 
-def submit_job(job: Callable[[], None], lane: str = "runs") -> None:
-    """Run ``job`` on the long-lived thread of ``lane``: jobs of one lane run one after another."""
-    with _submitters_lock:
-        submitter = _submitters.get(lane) or _submitters.setdefault(lane, _Submitter(lane))
-    submitter.submit(job)
+_lanes = _Lanes()
+
+
+def submit_job(job: Callable[[], None], lane: str) -> None:
+    """Run ``job`` on a long-lived thread: jobs of one lane run one after another, other lanes' beside them."""
+    _lanes.submit(job, lane)
 
 
 def error_summary(exc: BaseException) -> str:

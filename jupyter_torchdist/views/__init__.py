@@ -35,12 +35,13 @@ class NullView:
         pass
 
 
-def make_view(shell: Any, quiet: bool = False) -> RunView:
+def make_view(shell: Any, quiet: bool = False, background: bool = False) -> RunView:
     """The view for where the code runs.
 
     In a Jupyter front end (a shell with a kernel): the anywidget live view, drawn by the same code as
     the saved report; where its front end was not built, the report redrawn in place. Printed text in
-    a terminal or a shell without a kernel (nobody would draw a widget there).
+    a terminal or a shell without a kernel (nobody would draw a widget there); none for a ``background``
+    run there (its lines would land in the middle of whatever the terminal shows next).
     """
     if quiet:
         return NullView()
@@ -50,10 +51,12 @@ def make_view(shell: Any, quiet: bool = False) -> RunView:
         except ImportError:  # anywidget missing
             live_available = None  # type: ignore[assignment]
         if live_available is not None and live_available():
-            return LiveView()
+            return LiveView(background=background)
         from .display import DisplayView
 
         return DisplayView()
+    if background:
+        return NullView()
     from .text import TextView
 
     return TextView()

@@ -7,6 +7,12 @@ the ``RunReport`` that the JupyterLab extension draws without a kernel.
 
 The kernel sends the whole snapshot up to ten times a second, so it is trimmed to the live budget
 (``trim.LIVE``) whatever the number of ranks: log tails and loss curves share fixed budgets.
+
+A background run's view is updated from the run's own thread while other cells execute. Widget messages reach it
+whatever cell runs (front ends route them by the widget's id), but a display update would not: JupyterLab applies
+one only to the cell whose execution sent it. So at the end the widget also gets the report (``report``), and the
+JupyterLab extension puts the report in the widget's place in the notebook (``labextension/src/plugin.ts``), so the
+saved notebook holds it; front ends that apply display updates anywhere (nbclient, the classic notebook) get one too.
 """
 from __future__ import annotations
 
@@ -18,11 +24,11 @@ import anywidget
 import traitlets
 from IPython.display import display
 
-from .report import RunReport
+from .report import RunReport, report_bundle
 from .schema import RunSnapshot
 from .trim import LIVE, REPORT, trim_snapshot
 
-__all__ = ["LiveView", "RunWidget", "live_available", "live_snapshot", "ESM", "CSS"]
+__all__ = ["LiveView", "RunWidget", "SweepWidget", "live_available", "live_snapshot", "ESM", "CSS"]
 
 STATIC = Path(__file__).resolve().parent.parent / "static"
 ESM = STATIC / "widget.js"   # built by `jlpm build:prod` in labextension/ (git-ignored)
@@ -39,19 +45,36 @@ def live_snapshot(snapshot: Mapping[str, Any]) -> RunSnapshot:
     return trim_snapshot(snapshot, LIVE)
 
 
-class RunWidget(anywidget.AnyWidget):
-    """Syncs one trimmed snapshot; the front end draws it and handles every interaction itself."""
+class _FrontEnd(anywidget.AnyWidget):
+    """The front end both widgets share (``widget.ts`` draws a run, or a sweep when the model has ``sweep``)."""
 
-    snapshot = traitlets.Dict().tag(sync=True)
     # Declared traits, filled in __init__: anywidget would only sync a CSS given as a class attribute.
     _esm = traitlets.Unicode().tag(sync=True)
     _css = traitlets.Unicode().tag(sync=True)
+    report = traitlets.Dict().tag(sync=True)  # a background run's (or a sweep's) report bundle, once it has ended
 
-    def __init__(self, snapshot: Mapping[str, Any]) -> None:
+    def __init__(self, **traits: Any) -> None:
         # Read at each run, not at import: the module imports without a built front end,
         # and a rebuilt one is picked up without restarting the kernel.
-        super().__init__(_esm=ESM.read_text(encoding="utf-8"), _css=CSS.read_text(encoding="utf-8"),
-                         snapshot=snapshot)
+        super().__init__(_esm=ESM.read_text(encoding="utf-8"), _css=CSS.read_text(encoding="utf-8"), **traits)
+
+
+class RunWidget(_FrontEnd):
+    """Syncs one trimmed snapshot; the front end draws it and handles every interaction itself."""
+
+    snapshot = traitlets.Dict().tag(sync=True)
+
+    def __init__(self, snapshot: Mapping[str, Any]) -> None:
+        super().__init__(snapshot=snapshot)
+
+
+class SweepWidget(_FrontEnd):
+    """A sweep's comparison view (``compare.py``): syncs the sweep's snapshot."""
+
+    sweep = traitlets.Dict().tag(sync=True)
+
+    def __init__(self, sweep: Mapping[str, Any]) -> None:
+        super().__init__(sweep=sweep)
 
 
 class LiveView:
@@ -59,9 +82,10 @@ class LiveView:
 
     log_tail = REPORT.log_lines  # as many lines as the saved report keeps
 
-    def __init__(self) -> None:
+    def __init__(self, background: bool = False) -> None:
         self.widget: RunWidget | None = None
         self._handle: Any = None
+        self.background = background  # updated from the run's thread while other cells execute
 
     def start(self, snapshot: dict[str, Any]) -> None:
         self.widget = RunWidget(live_snapshot(snapshot))
@@ -73,6 +97,10 @@ class LiveView:
 
     def finish(self, snapshot: dict[str, Any]) -> None:
         self.update(snapshot)
+        if self.background and self.widget is not None and self._handle is not None:
+            self.widget.report = report_bundle(snapshot)  # the extension puts it in the widget's place
+            self._handle.update(RunReport(snapshot))       # where display updates reach any cell
+            return  # the widget stays: where neither applies, it shows the run's last frame
         if self._handle is not None:
             self._handle.update(RunReport(snapshot))
         else:

@@ -9,7 +9,8 @@ from __future__ import annotations
 from typing import Any, Final, TypedDict
 
 __all__ = ["SCHEMA_VERSION", "LOSS_KEYS", "RankSnapshot", "RunSnapshot", "RunErrorSnapshot",
-           "SecondarySnapshot", "UsageSnapshot", "DataSnapshot", "FrameSnapshot", "PlaceSnapshot"]
+           "SecondarySnapshot", "UsageSnapshot", "DataSnapshot", "FrameSnapshot", "PlaceSnapshot",
+           "SweepRunSnapshot", "SweepSnapshot"]
 
 SCHEMA_VERSION: Final = 1
 LOSS_KEYS: Final = ("loss", "train_loss", "training_loss")  # metrics drawn as the loss curve, first found
@@ -96,7 +97,7 @@ class RunSnapshot(TypedDict):
     """The whole run."""
     version: int
     title: str
-    status: str             # starting, running, stopping, succeeded, failed, timeout, interrupted
+    status: str             # queued, starting, running, stopping, succeeded, failed, timeout, interrupted
     headline: str
     backend: str
     options: dict[str, Any]
@@ -108,3 +109,33 @@ class RunSnapshot(TypedDict):
     data: DataSnapshot | None
     ranks: list[RankSnapshot]
     stall: str | None       # no rank moves and one waits in a collective: what the view says (the run goes on)
+    run_id: int | None      # the kernel's number for the run (jupyter_torchdist.runs())
+    background: bool        # the notebook went on while it ran: its Stop stops this run only
+
+
+class SweepRunSnapshot(TypedDict):
+    """One run of a sweep, as the comparison view's row shows it (rank 0's progress and metrics)."""
+    id: int
+    params: dict[str, Any]  # the combination (JSON values; anything else by its repr)
+    label: str              # "lr=0.1, batch=32"
+    state: str              # queued, running, done, failed, stopped
+    step: int | None
+    total: int | None
+    rate: float | None
+    metrics: dict[str, Any]
+    elapsed_s: float | None
+    loss: list[list[float]]  # [step, loss] pairs, thinned to at most a few hundred
+    value_repr: str | None
+    error: str | None       # a failed or stopped run: why
+
+
+class SweepSnapshot(TypedDict):
+    """A whole sweep: its comparison view and its saved report."""
+    version: int
+    title: str
+    names: list[str]        # the names the sweep sets, in order
+    status: str             # running, then succeeded, failed (some run failed) or stopped
+    elapsed_s: float
+    concurrent: int | None  # runs at once (None: not yet known)
+    counts: dict[str, int]  # runs by state
+    runs: list[SweepRunSnapshot]

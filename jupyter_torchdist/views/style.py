@@ -19,7 +19,7 @@ ROLE_COLOURS: Final = {"ok": "#388e3c", "bad": "#d32f2f", "warn": "#f57c00", "in
 STATE_ROLES: Final = {
     # run statuses
     "succeeded": "ok", "failed": "bad", "timeout": "warn", "interrupted": "warn",
-    "running": "info", "starting": "info", "stopping": "info",
+    "running": "info", "starting": "info", "stopping": "info", "queued": "idle",
     # rank states (failed, running, starting as above)
     "done": "ok", "stopped": "warn", "pending": "idle",
 }

@@ -208,4 +208,5 @@ def trim_snapshot(snapshot: Mapping[str, Any], budget: Budget = REPORT) -> RunSn
         "data": _trim_data(snapshot.get("data")),
         "ranks": ranks,
         "stall": None if not snapshot.get("stall") else clip(snapshot.get("stall"), SUMMARY_CHARS),
+        "run_id": _int(snapshot.get("run_id")), "background": snapshot.get("background") is True,
     }

@@ -15,10 +15,17 @@ export const PALETTE = [
   '#9d755d'
 ];
 
-/** One rank's loss curve. */
+/** One rank's loss curve (or one run's, in a sweep's comparison view: `label` names it). */
 export interface ISeries {
   rank: number;
   points: Array<[number, number]>;
+  label?: string;
+}
+
+/** The colour `lossChart` draws series `i` of `series` in (legends use it too). */
+export function colourOf(series: ISeries[], i: number): string {
+  const many = series.length > PALETTE.length;
+  return PALETTE[(many ? series[i].rank : i) % PALETTE.length];
 }
 
 function svg<K extends keyof SVGElementTagNameMap>(
@@ -162,7 +169,7 @@ function curve(series: ISeries, colour: string, faint: boolean, s: IScale): SVGE
     'stroke-width': 1.6
   });
   const title = svg('title', {});
-  title.textContent = `rank ${series.rank}`;
+  title.textContent = series.label ?? `rank ${series.rank}`;
   line.appendChild(title);
   return line;
 }
@@ -182,7 +189,7 @@ export function lossChart(series: ISeries[]): SVGSVGElement {
   axes(root, scale);
   const many = series.length > PALETTE.length;
   series.forEach((s, i) => {
-    root.appendChild(curve(s, PALETTE[(many ? s.rank : i) % PALETTE.length], many, scale));
+    root.appendChild(curve(s, colourOf(series, i), many, scale));
   });
   return root;
 }

@@ -8,29 +8,40 @@ import { stacksControl } from './stacks';
 import { IRankSnapshot, IRunSnapshot } from './types';
 import { dataLine } from './usage';
 
-function stopControl(status: string, stop: StopState): HTMLElement | null {
+function stopHint(stop: StopState, run: number | null): HTMLElement {
+  const text =
+    run !== null
+      ? `To stop, run.stop() on its handle (jupyter_torchdist.runs() lists run ${run})`
+      : stop === 'hint'
+        ? 'To stop, interrupt the kernel'
+        : 'Could not reach the kernel: use Kernel \u25b8 Interrupt';
+  const hint = el('span', `${P}-stopHint`, text);
+  hint.title =
+    run !== null
+      ? 'A background run goes on while other cells run: the kernel\u2019s interrupt does not stop it.'
+      : stop === 'hint'
+        ? 'This front end lacks the jupyter-torchdist extension: use its Interrupt button (\u25a0) ' +
+          'to stop every rank.'
+        : 'The notebook holding this view was not found.';
+  return hint;
+}
+
+function stopControl(status: string, stop: StopState, run: number | null): HTMLElement | null {
   if (!IN_FLIGHT.includes(status)) {
     return null;
   }
   if (stop === 'hint' || stop === 'unreachable') {
-    const text =
-      stop === 'hint'
-        ? 'To stop, interrupt the kernel'
-        : 'Could not reach the kernel: use Kernel \u25b8 Interrupt';
-    const hint = el('span', `${P}-stopHint`, text);
-    hint.title =
-      stop === 'hint'
-        ? 'This front end lacks the jupyter-torchdist extension: use its Interrupt button (\u25a0) ' +
-          'to stop every rank.'
-        : 'The notebook holding this view was not found.';
-    return hint;
+    return stopHint(stop, run);
   }
   const stopping = stop === 'sent' || status === 'stopping';
   const button = el('button', `${P}-stop`);
   button.type = 'button';
   button.dataset.action = 'stop';
   button.disabled = stopping;
-  button.title = 'Stop the run: interrupts this notebook\u2019s kernel, which stops every rank';
+  button.title =
+    run !== null
+      ? `Stop run ${run} only (it runs in the background: the cells running now are not interrupted)`
+      : 'Stop the run: interrupts this notebook\u2019s kernel, which stops every rank';
   button.appendChild(el('span', `${P}-stopIcon`));
   button.appendChild(document.createTextNode(stopping ? 'Stopping\u2026' : 'Stop'));
   return button;
@@ -39,7 +50,10 @@ function stopControl(status: string, stop: StopState): HTMLElement | null {
 function metaLine(snap: IRunSnapshot, ranks: IRankSnapshot[], live: ILiveOptions | null): HTMLElement {
   const status = str(snap.status) || 'unknown';
   const meta = el('span', `${P}-meta`);
-  const parts: string[] = str(snap.backend) ? [str(snap.backend)] : [];
+  const parts: string[] = backgroundRun(snap) !== null ? [`run ${backgroundRun(snap)} in the background`] : [];
+  if (str(snap.backend)) {
+    parts.push(str(snap.backend));
+  }
   const world = num(snap.world_size) ?? ranks.length;
   parts.push(`${world} rank${world === 1 ? '' : 's'}`);
   meta.appendChild(document.createTextNode(`${parts.join(' \u00b7 ')} \u00b7 `));
@@ -65,11 +79,17 @@ function topLine(snap: IRunSnapshot, ranks: IRankSnapshot[], live: ILiveOptions 
   if (stacks) {
     top.appendChild(stacks);
   }
-  const stop = live ? stopControl(status, live.stop) : null;
+  const stop = live ? stopControl(status, live.stop, backgroundRun(snap)) : null;
   if (stop) {
     top.appendChild(stop);
   }
   return top;
+}
+
+/** A background run's number (its Stop and Stacks reach that run only); null for a foreground run. */
+export function backgroundRun(snap: IRunSnapshot): number | null {
+  const id = num(snap.run_id);
+  return snap.background === true && id !== null ? id : null;
 }
 
 function stateChips(ranks: IRankSnapshot[], chips: HTMLElement): void {
@@ -92,7 +112,7 @@ function stateChips(ranks: IRankSnapshot[], chips: HTMLElement): void {
 
 function optionChips(options: unknown, chips: HTMLElement): void {
   for (const [key, value] of Object.entries(isObject(options) ? options : {})) {
-    if (key === 'n' || value === null || value === false || value === undefined) {
+    if (key === 'n' || key === 'background' || value === null || value === false || value === undefined) {
       continue;
     }
     const text = Array.isArray(value) ? value.join(' ') : str(value);

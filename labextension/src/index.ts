@@ -7,10 +7,14 @@ import { IRenderMime } from '@jupyterlab/rendermime-interfaces';
 import { Message } from '@lumino/messaging';
 import { Widget } from '@lumino/widgets';
 
+import { CompareView } from './compare_view';
 import { ReportView } from './view';
 
-/** The MIME type of a run snapshot (see `jupyter_torchdist/run_report.py`). */
+/** The MIME type of a run snapshot (see `jupyter_torchdist/views/report.py`). */
 export const MIME_TYPE = 'application/vnd.jupyter-torchdist.run+json';
+
+/** The MIME type of a sweep snapshot (see `jupyter_torchdist/views/compare.py`). */
+export const SWEEP_MIME_TYPE = 'application/vnd.jupyter-torchdist.sweep+json';
 
 /**
  * Draws one run snapshot. Re-rendering the same widget (an `update_display`)
@@ -22,7 +26,7 @@ export class RunReportRenderer extends Widget implements IRenderMime.IRenderer {
     super();
     this._mimeType = options.mimeType;
     this.addClass('jp-TorchDist');
-    this._view = new ReportView(this.node);
+    this._view = this._mimeType === SWEEP_MIME_TYPE ? new CompareView(this.node, false) : new ReportView(this.node);
   }
 
   renderModel(model: IRenderMime.IMimeModel): Promise<void> {
@@ -39,24 +43,26 @@ export class RunReportRenderer extends Widget implements IRenderMime.IRenderer {
 
   protected onAfterAttach(msg: Message): void {
     super.onAfterAttach(msg);
-    this._view.restoreScroll();
+    if (this._view instanceof ReportView) {
+      this._view.restoreScroll();
+    }
   }
 
-  private readonly _view: ReportView;
+  private readonly _view: ReportView | CompareView;
   private readonly _mimeType: string;
 }
 
 /** Builds renderers; safe because no snapshot text is ever parsed as HTML. */
 export const rendererFactory: IRenderMime.IRendererFactory = {
   safe: true,
-  mimeTypes: [MIME_TYPE],
+  mimeTypes: [MIME_TYPE, SWEEP_MIME_TYPE],
   defaultRank: 0,
   createRenderer: options => new RunReportRenderer(options)
 };
 
 const extension: IRenderMime.IExtension = {
   id: 'jupyter-torchdist:run-report',
-  description: 'Renders %%distribute run reports: per-rank table, failure, loss curve, logs.',
+  description: 'Renders %%distribute run reports (per-rank table, failure, loss curve, logs) and sweep reports.',
   rendererFactory,
   rank: 0,
   dataType: 'json'

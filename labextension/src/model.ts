@@ -12,7 +12,8 @@ export const STATUS_LABEL: Record<string, string> = {
   interrupted: 'Interrupted',
   running: 'Running',
   starting: 'Starting',
-  stopping: 'Stopping'
+  stopping: 'Stopping',
+  queued: 'Queued'
 };
 
 export const KIND_LABEL: Record<string, string> = {
@@ -28,7 +29,7 @@ export const LOSS_KEYS = ['loss', 'train_loss', 'training_loss'];
 export const STATE_ORDER = ['running', 'starting', 'pending', 'done', 'stopped', 'failed'];
 
 /** Run statuses during which a Stop control makes sense. */
-export const IN_FLIGHT = ['starting', 'running', 'stopping'];
+export const IN_FLIGHT = ['queued', 'starting', 'running', 'stopping'];
 
 /** Rank states after which a rank's clock no longer runs. */
 export const RANK_FINAL = ['done', 'failed', 'stopped'];

@@ -15,13 +15,13 @@ import { IFrame, IPlace, IRankSnapshot, IRunSnapshot } from './types';
 /** The event the Stacks control dispatches; bubbles and crosses shadow roots. */
 export const STACKS_EVENT = 'jupyter-torchdist:stacks';
 
-/** Ask for every rank's stack from `origin`; true when a handler took it (called `preventDefault`). */
-export function requestStacks(origin: HTMLElement): boolean {
+/** Ask for every rank's stack from `origin` (`run`: that run's); true when a handler took it. */
+export function requestStacks(origin: HTMLElement, run: number | null = null): boolean {
   const event = new CustomEvent(STACKS_EVENT, {
     bubbles: true,
     composed: true,
     cancelable: true,
-    detail: { source: 'jupyter-torchdist' }
+    detail: { source: 'jupyter-torchdist', run }
   });
   return !origin.dispatchEvent(event);
 }

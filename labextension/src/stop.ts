@@ -20,13 +20,31 @@ export function stopAvailable(): boolean {
   return Boolean((window as unknown as Record<string, unknown>)[STOP_FLAG]);
 }
 
-/** Ask for a stop from `origin`; true when a handler took it (called `preventDefault`). */
-export function requestStop(origin: HTMLElement): boolean {
+/**
+ * Ask for a stop from `origin`; true when a handler took it (called `preventDefault`). `run`: a background
+ * run's number; the plugin then asks the kernel to stop that run only, over its control channel, since an
+ * interrupt would stop whatever cell runs at that moment instead.
+ */
+export function requestStop(origin: HTMLElement, run: number | null = null): boolean {
   const event = new CustomEvent(STOP_EVENT, {
     bubbles: true,
     composed: true,
     cancelable: true,
-    detail: { source: 'jupyter-torchdist' }
+    detail: { source: 'jupyter-torchdist', run }
+  });
+  return !origin.dispatchEvent(event);
+}
+
+/** The event a background run's (or a sweep's) view dispatches when it has ended: its report goes in its place. */
+export const REPORT_EVENT = 'jupyter-torchdist:report';
+
+/** Ask for the view's output to become `bundle` (a MIME bundle); true when a handler took it. */
+export function requestReport(origin: HTMLElement, bundle: Record<string, unknown>): boolean {
+  const event = new CustomEvent(REPORT_EVENT, {
+    bubbles: true,
+    composed: true,
+    cancelable: true,
+    detail: { source: 'jupyter-torchdist', bundle }
   });
   return !origin.dispatchEvent(event);
 }

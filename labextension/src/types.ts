@@ -109,4 +109,36 @@ export interface IRunSnapshot {
   ranks?: IRankSnapshot[];
   /** No rank moves and one waits in a collective: what the view says (the run goes on). */
   stall?: string | null;
+  /** The kernel's number for the run (`jupyter_torchdist.runs()`). */
+  run_id?: number | null;
+  /** The notebook went on while it ran: its Stop stops this run only (not the kernel's cell). */
+  background?: boolean;
+}
+
+/** One run of a sweep, as the comparison view's row shows it (rank 0's progress and metrics). */
+export interface ISweepRun {
+  id?: number;
+  params?: Record<string, unknown>;
+  label?: string;
+  state?: string;
+  step?: number | null;
+  total?: number | null;
+  rate?: number | null;
+  metrics?: Record<string, unknown>;
+  elapsed_s?: number | null;
+  loss?: Array<[number, number]>;
+  value_repr?: string | null;
+  error?: string | null;
+}
+
+/** A whole sweep: its comparison view and its saved report. */
+export interface ISweepSnapshot {
+  version?: number;
+  title?: string;
+  names?: string[];
+  status?: string;
+  elapsed_s?: number;
+  concurrent?: number | null;
+  counts?: Record<string, number>;
+  runs?: ISweepRun[];
 }

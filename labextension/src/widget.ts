@@ -6,14 +6,17 @@
  * report, adds the Stop control, and keeps the clocks ticking between
  * snapshots (the kernel only sends one when something changed).
  */
+import { CompareWidget } from './compare_view';
+import { backgroundRun } from './header';
 import { IN_FLIGHT, ILiveOptions, StopState } from './render';
 import { requestStacks } from './stacks';
-import { requestStop, stopAvailable } from './stop';
+import { requestReport, requestStop, stopAvailable } from './stop';
+import { IRunSnapshot } from './types';
 import { ReportView } from './view';
 
 /** The parts of anywidget's model we use. */
-interface IModel {
-  get(name: 'snapshot'): unknown;
+export interface IModel {
+  get(name: string): unknown;
   on(event: string, callback: () => void): void;
   off(event: string, callback: () => void): void;
 }
@@ -32,7 +35,7 @@ function inFlight(snapshot: unknown): boolean {
 class LiveWidget {
   constructor(
     private readonly model: IRenderProps['model'],
-    el: HTMLElement
+    private readonly el: HTMLElement
   ) {
     el.classList.add('jp-TorchDist', 'jp-TorchDist-widget');
     this.view = new ReportView(el, {
@@ -40,6 +43,7 @@ class LiveWidget {
       onStacks: button => this.onStacks(button)
     });
     model.on('change:snapshot', this.onChange);
+    model.on('change:report', this.onReport);
     // A view scrolled out of sight (a long notebook) costs nothing until it is seen again.
     this.watcher =
       typeof IntersectionObserver === 'function'
@@ -52,10 +56,12 @@ class LiveWidget {
       }
     }, 1000);
     this.draw();
+    this.onReport();
   }
 
   dispose(): void {
     this.model.off('change:snapshot', this.onChange);
+    this.model.off('change:report', this.onReport);
     this.watcher?.disconnect();
     window.clearInterval(this.tick);
     if (this.frame) {
@@ -104,13 +110,26 @@ class LiveWidget {
     }
   }
 
+  /** A background run ended: its report goes in the view's place in the notebook (the plugin does it). */
+  private onReport = (): void => {
+    const bundle = this.model.get('report');
+    if (bundle && typeof bundle === 'object' && Object.keys(bundle).length && !this.reported) {
+      this.reported = requestReport(this.el, bundle as Record<string, unknown>);
+    }
+  };
+
+  private run(): number | null {
+    const snap = this.model.get('snapshot');
+    return snap && typeof snap === 'object' ? backgroundRun(snap as IRunSnapshot) : null;
+  }
+
   private onStop(button: HTMLElement): void {
-    this.stop = requestStop(button) ? 'sent' : stopAvailable() ? 'unreachable' : 'hint';
+    this.stop = requestStop(button, this.run()) ? 'sent' : stopAvailable() ? 'unreachable' : 'hint';
     this.draw();
   }
 
   private onStacks(button: HTMLElement): void {
-    this.stacks = requestStacks(button) ? 'sent' : stopAvailable() ? 'unreachable' : 'hint';
+    this.stacks = requestStacks(button, this.run()) ? 'sent' : stopAvailable() ? 'unreachable' : 'hint';
     this.draw();
     if (this.stacks === 'sent') {
       window.setTimeout(() => {
@@ -129,10 +148,12 @@ class LiveWidget {
   private frame = 0;
   private visible = true;
   private stale = false;
+  private reported = false;
 }
 
 function render({ model, el }: IRenderProps): () => void {
-  const widget = new LiveWidget(model, el);
+  // One front end for both widgets: a sweep's comparison view has `sweep`, a run's view `snapshot`.
+  const widget = model.get('sweep') !== undefined ? new CompareWidget(model, el) : new LiveWidget(model, el);
   return () => widget.dispose();
 }
 

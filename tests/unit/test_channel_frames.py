@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pickle
 import socket
+import time
 import struct
 
 import pytest
@@ -37,6 +38,11 @@ def test_one_connection_per_rank_and_role(server):
     assert P.recv_frame(first, 1 << 16) == {"t": "rendezvous", "x": 1}
     first.close()
     agent.close()
+    deadline = time.monotonic() + 5
+    while server.connected("rank") and time.monotonic() < deadline:
+        time.sleep(0.01)
+    with pytest.raises(P.ProtocolError, match="refused"):  # never again in this run: a rank never runs twice
+        connect(server.address, server.secret, 2, P.ROLE_RANK, timeout=5)
 
 
 def test_unreachable_kernel_is_a_clear_error():

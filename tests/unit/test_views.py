@@ -10,7 +10,7 @@ from jupyter_torchdist.views import chart, style
 from jupyter_torchdist.views.report_html import report_html
 from jupyter_torchdist.views.report_text import report_text
 from jupyter_torchdist.views.schema import (LOSS_KEYS, FrameSnapshot, PlaceSnapshot, RankSnapshot, RunErrorSnapshot,
-                                            RunSnapshot, SecondarySnapshot)
+                                            RunSnapshot, SecondarySnapshot, SweepRunSnapshot, SweepSnapshot)
 from jupyter_torchdist.views.text import TextView
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -69,7 +69,8 @@ def _ts_fields(interface: str) -> set[str]:
 
 def test_the_front_end_types_mirror_the_snapshot_schema():
     pairs = {"IRunSnapshot": RunSnapshot, "IRankSnapshot": RankSnapshot, "IRunError": RunErrorSnapshot,
-             "ISecondaryError": SecondarySnapshot, "IPlace": PlaceSnapshot, "IFrame": FrameSnapshot}
+             "ISecondaryError": SecondarySnapshot, "IPlace": PlaceSnapshot, "IFrame": FrameSnapshot,
+             "ISweepSnapshot": SweepSnapshot, "ISweepRun": SweepRunSnapshot}
     for ts_name, py in pairs.items():
         assert _ts_fields(ts_name) == set(py.__annotations__), ts_name
 

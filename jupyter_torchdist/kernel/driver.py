@@ -1,0 +1,169 @@
+"""Drive one run from its turn to its end, in the foreground or on a thread of its own.
+
+A run waits for its turn (``slots.turns``: a sweep's places, then the backend's task slots), starts its ranks (with
+``--max-restarts``, again after a lost rank) and fills in its handle (``runs.Run``). Its view is one view from the
+first frame to the report (``ContinuedView``): while the run waits it shows the run queued and what it waits for.
+``launch`` (``run.py``) drives in the caller's thread; ``background_run`` then ``go`` on a thread of its own, after
+drawing the first frame in the caller's cell (the handle comes back at once).
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ..errors import LaunchError, RunInterrupted
+from ..launchers import backend_for
+from ..options import RunOptions
+from ..views import RunView
+from .result import RunResult
+from .restarts import ContinuedView
+from .runs import Run, new_run
+from .slots import Ticket, turns
+from .state import RunState
+
+__all__ = ["Gate", "Driven", "drive", "background_run", "go", "slots_gate"]
+
+Capacity = Callable[[], "int | None"]
+
+
+@dataclass(frozen=True)
+class Gate:
+    """A pool the run takes a place in before it starts, and how many places the pool has."""
+
+    ticket: Ticket
+    capacity: Capacity
+
+
+@dataclass
+class Driven:
+    """One run as the driver holds it: its handle, what it runs, and its one view."""
+
+    run: Run
+    payload: bytes
+    options: RunOptions
+    work: Any                     # run.Work: the title, filename and source
+    shown: ContinuedView
+    attempts: Callable[[Driven], RunResult]   # run.py's: start the ranks (again after a lost rank)
+    waiting: RunState | None = None           # the run as its view shows it until its ranks start
+
+    def placeholder(self) -> RunState:
+        if self.waiting is None:
+            self.waiting = RunState(self.options.n, title=self.work.title, options=self.options.summary(),
+                                    started_at=self.run.submitted_at, status="queued", run_id=self.run.id,
+                                    background=self.run.background)
+        return self.waiting
+
+    def say(self, text: str | None) -> None:
+        """What the run waits for, in its view (drawn at once the first time); None: it waits no more."""
+        state = self.placeholder()
+        state.status, state.now = ("queued" if text else "starting"), time.time()
+        state.notes[:] = [text] if text else []
+        self.run.waiting_for = text
+        self.shown.start(dict(state.snapshot(log_tail=0)))
+
+
+def slots_gate(run: Run, options: RunOptions) -> Gate:
+    """The backend's task slots (none for local processes); read again while the run waits."""
+    backend = backend_for(options)
+    launcher = backend.launcher()
+
+    def capacity() -> int | None:
+        try:
+            return launcher.capacity().slots
+        except Exception:
+            return None  # the launcher will say what is wrong when the run starts
+
+    place = _PLACES.get(backend.name, f"the {backend.name} backend")
+    return Gate(Ticket(run.id, options.n, backend.name, place=place), capacity)
+
+
+_PLACES = {"spark": "the Spark session", "connect": "the Spark Connect session"}
+
+
+def drive(d: Driven, gates: Sequence[Gate], deadline: float | None) -> RunResult:
+    """Wait for the run's turn, run it, fill in its handle; the result, or raise the run's error."""
+    held: list[Ticket] = []
+    try:
+        for gate in gates:
+            _take_turn(d, gate, deadline)
+            held.append(gate.ticket)
+        if d.waiting is not None and d.waiting.status == "queued":
+            d.say(None)  # its turn came: starting
+        d.run.running()
+        result = d.attempts(d)
+    except BaseException as exc:
+        error = _as_error(exc, d)
+        _show_end(d, error)
+        details = getattr(error, "result", None)
+        d.run.finish(None, details if isinstance(details, RunResult) else None, error)
+        if error is exc:
+            raise
+        raise error from None
+    finally:
+        for ticket in held:
+            turns.release(ticket)
+        d.shown.close()
+    d.run.finish(result.value, result, None)
+    return result
+
+
+def _take_turn(d: Driven, gate: Gate, deadline: float | None) -> None:
+    outcome = turns.wait(gate.ticket, gate.capacity, deadline=deadline, stopped=lambda: d.run.stop_asked is not None,
+                         say=d.say)
+    if outcome == "stopped":
+        raise RunInterrupted(f"stopped by {d.run.stop_asked} while queued: no rank had started")
+    if outcome == "timeout":
+        why = d.placeholder().notes[0] if d.waiting is not None and d.waiting.notes else "queued"
+        raise LaunchError(f"-n {d.options.n} did not get its turn within --wait {d.options.wait:g} s ({why}). Wait "
+                          "for those runs (run.wait()), stop one (run.stop()), or wait longer (--wait SECONDS).")
+
+
+def _as_error(exc: BaseException, d: Driven) -> BaseException:
+    """An interrupt while the run waited is the run's RunInterrupted; anything else stands as it is."""
+    if isinstance(exc, KeyboardInterrupt):
+        return RunInterrupted("interrupted while queued: no rank had started")
+    return exc
+
+
+def _show_end(d: Driven, error: BaseException) -> None:
+    """A run that never started its ranks but whose view was drawn (it waited): the view says why it ended."""
+    if d.waiting is None or d.shown.finished:
+        return  # nothing drawn yet, or the run's own last frame was
+    state = d.placeholder()
+    state.notes.clear()
+    state.abort(time.time(), f"{type(error).__name__}: {error}")
+    if isinstance(error, RunInterrupted):
+        state.status, state.headline = "interrupted", str(error)
+    d.shown.finish(dict(state.snapshot()))
+
+
+# -- in the background ------------------------------------------------------------------------------------------
+def background_run(payload: bytes, options: RunOptions, view: RunView, work: Any,
+                   attempts: Callable[[Driven], RunResult], params: Mapping[str, Any] | None = None) -> Driven:
+    """A background run's handle and its first frame, drawn here, in the caller's cell (where a notebook shows it);
+    ``go`` starts it."""
+    options = replace(options, background=True)
+    d = Driven(new_run(work.title, options, params), payload, options, work, ContinuedView(view), attempts)
+    d.say(None)
+    return d
+
+
+def go(d: Driven, on_end: Callable[[Run], None] | None = None, gates: Sequence[Gate] | None = None) -> None:
+    """Drive the run on a thread of its own (its later frames update the view from there), after its turn at
+    ``gates`` (default: the backend's task slots)."""
+    taken = list(gates) if gates is not None else [slots_gate(d.run, d.options)]
+    threading.Thread(target=_in_background, args=(d, taken, on_end), name=f"jupyter-torchdist-run-{d.run.id}",
+                     daemon=True).start()
+
+
+def _in_background(d: Driven, gates: Sequence[Gate], on_end: Callable[[Run], None] | None) -> None:
+    try:
+        drive(d, gates, deadline=None)
+    except BaseException:
+        pass  # on the handle: result() raises it
+    finally:
+        if on_end is not None:
+            on_end(d.run)

@@ -1,0 +1,252 @@
+/**
+ * A sweep's comparison view (`jupyter_torchdist/views/compare.py`): a row per run with its progress, every
+ * run's loss on one chart, a table sortable by any column, and the failed runs named. Pure: a sweep snapshot
+ * and the sort in, a detached element out; `compare_view.ts` patches it into the page, live or saved.
+ */
+import { colourOf, lossChart } from './chart';
+import { el, isObject, token } from './dom';
+import { clip, count, DASH, duration, metric, num, rate, str } from './format';
+import { P, STATUS_LABEL } from './model';
+import { ISweepRun, ISweepSnapshot } from './types';
+
+/** How the table is sorted: a column key and a direction (null: the grid's order). */
+export interface ISort {
+  key: string | null;
+  descending: boolean;
+}
+
+interface IColumn {
+  key: string;
+  label: string;
+  value: (r: ISweepRun) => number | string | null;
+  cell: (r: ISweepRun, live: boolean) => HTMLElement;
+}
+
+const STATE_RANK: Record<string, number> = { running: 0, queued: 1, done: 2, stopped: 3, failed: 4 };
+
+function text(value: string, cls = ''): HTMLElement {
+  return el('td', cls || undefined, value);
+}
+
+function runs(snap: ISweepSnapshot): ISweepRun[] {
+  return Array.isArray(snap.runs) ? (snap.runs.filter(isObject) as ISweepRun[]) : [];
+}
+
+function metricNames(rows: ISweepRun[]): string[] {
+  const names: string[] = [];
+  for (const r of rows) {
+    for (const key of Object.keys(isObject(r.metrics) ? r.metrics : {})) {
+      if (!names.includes(key)) {
+        names.push(key);
+      }
+    }
+  }
+  return names;
+}
+
+function progressCell(r: ISweepRun): HTMLElement {
+  const cell = el('td', `${P}-progress`);
+  const step = num(r.step);
+  const total = num(r.total);
+  if (step === null) {
+    cell.appendChild(el('span', `${P}-steps`, DASH));
+    return cell;
+  }
+  if (total !== null && total > 0) {
+    const bar = el('span', `${P}-bar`);
+    const fill = el('span', `${P}-barFill`);
+    fill.style.width = `${(Math.max(0, Math.min(1, step / total)) * 100).toFixed(1)}%`;
+    bar.appendChild(fill);
+    cell.appendChild(bar);
+  }
+  cell.appendChild(el('span', `${P}-steps`, total ? `${count(step)}/${count(total)}` : `step ${count(step)}`));
+  return cell;
+}
+
+function stateCell(r: ISweepRun, live: boolean): HTMLElement {
+  const cell = el('td', `${P}-stateCell`);
+  const state = str(r.state) || 'queued';
+  cell.appendChild(el('span', `${P}-pill ${P}-state-${token(state)}`, state));
+  const id = num(r.id);
+  if (live && id !== null && (state === 'running' || state === 'queued')) {
+    const stop = el('button', `${P}-rowStop`, 'Stop');
+    stop.type = 'button';
+    stop.dataset.action = 'stop';
+    stop.dataset.run = String(id);
+    stop.title = `Stop run ${id} only (the sweep's other runs go on)`;
+    cell.appendChild(stop);
+  }
+  return cell;
+}
+
+function columns(names: string[], metrics: string[]): IColumn[] {
+  const param = (name: string): IColumn => ({
+    key: `param:${name}`,
+    label: name,
+    value: r => paramValue(r, name),
+    cell: r => text(clip(str((isObject(r.params) ? r.params : {})[name]), 40), `${P}-param`)
+  });
+  const figure = (name: string): IColumn => ({
+    key: `metric:${name}`,
+    label: name,
+    value: r => num((isObject(r.metrics) ? r.metrics : {})[name]),
+    cell: r => text(metric((isObject(r.metrics) ? r.metrics : {})[name]), `${P}-metrics`)
+  });
+  return [
+    { key: 'id', label: 'run', value: r => num(r.id), cell: r => text(str(r.id)) },
+    ...names.map(param),
+    { key: 'state', label: 'state', value: r => STATE_RANK[str(r.state)] ?? 9, cell: stateCell },
+    { key: 'step', label: 'progress', value: r => num(r.step), cell: progressCell },
+    { key: 'rate', label: 'rate', value: r => num(r.rate), cell: r => text(rate(r.rate)) },
+    ...metrics.map(figure),
+    { key: 'time', label: 'time', value: r => num(r.elapsed_s), cell: r => text(duration(r.elapsed_s)) },
+    { key: 'value', label: 'value', value: r => str(r.value_repr), cell: r => text(clip(str(r.value_repr), 60)) }
+  ];
+}
+
+function paramValue(r: ISweepRun, name: string): number | string | null {
+  const v = (isObject(r.params) ? r.params : {})[name];
+  return typeof v === 'number' ? v : v === null || v === undefined ? null : str(v);
+}
+
+/** Rows in the sort's order; runs without the figure go last whichever the direction. */
+export function sortRuns(rows: ISweepRun[], column: IColumn | null, descending: boolean): ISweepRun[] {
+  if (!column) {
+    return rows;
+  }
+  const keyed = rows.map((r, i) => ({ r, i, v: column.value(r) }));
+  keyed.sort((a, b) => {
+    if (a.v === null || b.v === null) {
+      return a.v === null && b.v === null ? a.i - b.i : a.v === null ? 1 : -1;
+    }
+    const order = a.v < b.v ? -1 : a.v > b.v ? 1 : a.i - b.i;
+    return descending ? -order : order;
+  });
+  return keyed.map(k => k.r);
+}
+
+function headRow(cols: IColumn[], sort: ISort): HTMLElement {
+  const row = el('tr');
+  for (const c of cols) {
+    const th = el('th', `${P}-sortable`, c.label);
+    th.dataset.action = 'sort';
+    th.dataset.key = c.key;
+    th.title = `Sort by ${c.label}`;
+    if (sort.key === c.key) {
+      th.dataset.sorted = sort.descending ? 'desc' : 'asc';
+      th.textContent = `${c.label} ${sort.descending ? '\u25bc' : '\u25b2'}`;
+    }
+    row.appendChild(th);
+  }
+  return row;
+}
+
+function table(snap: ISweepSnapshot, rows: ISweepRun[], sort: ISort, live: boolean): HTMLElement {
+  const names = Array.isArray(snap.names) ? snap.names.map(str) : [];
+  const cols = columns(names, metricNames(rows));
+  const body = el('tbody');
+  for (const r of sortRuns(rows, cols.find(c => c.key === sort.key) ?? null, sort.descending)) {
+    const tr = el('tr', `${P}-row ${P}-row-${token(str(r.state))}`);
+    tr.dataset.k = `run-${str(r.id)}`;
+    cols.forEach(c => tr.appendChild(c.cell(r, live)));
+    body.appendChild(tr);
+  }
+  const thead = el('thead');
+  thead.appendChild(headRow(cols, sort));
+  const tableEl = el('table', `${P}-table ${P}-compareTable`);
+  tableEl.append(thead, body);
+  const wrap = el('div', `${P}-tableWrap`);
+  wrap.dataset.k = 'table';
+  wrap.appendChild(tableEl);
+  return wrap;
+}
+
+function chart(rows: ISweepRun[]): HTMLElement | null {
+  const series = rows
+    .map((r, i) => ({ rank: num(r.id) ?? i, label: str(r.label), points: cleanLoss(r.loss) }))
+    .filter(s => s.points.length);
+  if (!series.length) {
+    return null;
+  }
+  const box = el('div', `${P}-panel ${P}-compareChart`);
+  box.dataset.k = 'chart';
+  box.appendChild(el('div', `${P}-panelTitle`, 'loss, run by run'));
+  box.appendChild(lossChart(series));
+  const legend = el('div', `${P}-legend`);
+  series.forEach((s, i) => {
+    const item = el('span', `${P}-legendItem`);
+    const swatch = el('span', `${P}-swatch`);
+    swatch.style.background = colourOf(series, i);
+    item.append(swatch, document.createTextNode(`run ${s.rank}: ${clip(s.label, 40)}`));
+    legend.appendChild(item);
+  });
+  box.appendChild(legend);
+  return box;
+}
+
+function cleanLoss(raw: unknown): Array<[number, number]> {
+  if (!Array.isArray(raw)) {
+    return [];
+  }
+  return raw.filter(
+    (p): p is [number, number] =>
+      Array.isArray(p) && Number.isFinite(p[0]) && Number.isFinite(p[1])
+  );
+}
+
+function failures(rows: ISweepRun[]): HTMLElement | null {
+  const failed = rows.filter(r => str(r.state) === 'failed' || str(r.state) === 'stopped');
+  if (!failed.length) {
+    return null;
+  }
+  const box = el('div', `${P}-sweepFailures`);
+  box.dataset.k = 'failures';
+  for (const r of failed) {
+    const line = el('div', `${P}-sweepFailure ${P}-state-${token(str(r.state))}`);
+    line.textContent = `run ${str(r.id)} (${str(r.label)}) ${str(r.state)}: ${clip(str(r.error) || DASH, 300)}`;
+    box.appendChild(line);
+  }
+  return box;
+}
+
+function headerOf(snap: ISweepSnapshot, rows: ISweepRun[]): HTMLElement {
+  const head = el('div', `${P}-header`);
+  head.dataset.k = 'header';
+  const top = el('div', `${P}-headerTop`);
+  const status = str(snap.status) || 'running';
+  top.appendChild(el('span', `${P}-badge ${P}-status-${token(status)}`, STATUS_LABEL[status] ?? status));
+  top.appendChild(el('span', `${P}-title`, str(snap.title) || 'sweep'));
+  const at = num(snap.concurrent);
+  const parts = [`${rows.length} runs`, ...(at ? [`${at} at once`] : []), duration(snap.elapsed_s)];
+  top.appendChild(el('span', `${P}-meta`, parts.join(' \u00b7 ')));
+  head.appendChild(top);
+  const chips = el('div', `${P}-chips`);
+  for (const [state, n] of Object.entries(isObject(snap.counts) ? snap.counts : {})) {
+    if (num(n)) {
+      const chip = el('span', `${P}-chip`);
+      chip.append(el('span', `${P}-dot ${P}-state-${token(state)}`), document.createTextNode(`${n} ${state}`));
+      chips.appendChild(chip);
+    }
+  }
+  head.appendChild(chips);
+  return head;
+}
+
+/** The whole comparison view; `live` adds a Stop control to each run still going. */
+export function renderCompare(data: unknown, sort: ISort, live: boolean): HTMLElement {
+  const snap: ISweepSnapshot = isObject(data) ? (data as ISweepSnapshot) : {};
+  const rows = runs(snap);
+  const root = el('div', `${P}-report ${P}-sweep${live ? ` ${P}-isLive` : ''}`);
+  root.dataset.status = str(snap.status);
+  root.appendChild(headerOf(snap, rows));
+  const failed = failures(rows);
+  if (failed) {
+    root.appendChild(failed);
+  }
+  const plot = chart(rows);
+  if (plot) {
+    root.appendChild(plot);
+  }
+  root.appendChild(table(snap, rows, sort, live));
+  return root;
+}

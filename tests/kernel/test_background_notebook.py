@@ -1,0 +1,38 @@
+"""examples/08_background_runs.ipynb, executed in a real kernel by nbclient, as a user would run it: a background run
+while another cell runs, its value through %distribute_wait and -o, and a sweep with its table and saved report."""
+from __future__ import annotations
+
+import pytest
+
+from ..support.notebooks import errors, execute_example, outputs, reports, stream_text
+
+pytestmark = pytest.mark.spark
+
+SWEEP_MIME = "application/vnd.jupyter-torchdist.sweep+json"
+
+
+@pytest.fixture(scope="module")
+def executed():
+    return execute_example("08_background_runs.ipynb")
+
+
+def test_the_background_run_trains_while_the_next_cell_runs_and_its_view_becomes_its_report(executed):
+    assert not errors(executed), errors(executed)
+    text = stream_text(executed)
+    assert "running while this cell ran: 45" in text, text
+    assert "done ['bias', 'weight']" in text
+    shown = reports(executed)
+    assert shown and shown[0]["status"] == "succeeded" and shown[0]["background"] is True
+    assert [r["step"] for r in shown[0]["ranks"]] == [30, 30]
+
+
+def test_the_sweep_shows_its_table_its_best_run_and_its_saved_comparison(executed):
+    values = [o["data"] for o in outputs(executed) if o.output_type == "execute_result"]
+    table = next(v["text/plain"] for v in values if "value.loss" in v.get("text/plain", ""))
+    assert table.count("done") == 6, table
+    assert "best: {'lr': " in stream_text(executed)
+    sweeps = [o["data"][SWEEP_MIME] for o in outputs(executed) if SWEEP_MIME in o.get("data", {})]
+    assert len(sweeps) == 1 and sweeps[0]["status"] == "succeeded" and len(sweeps[0]["runs"]) == 6
+    assert {tuple(sorted(r["params"].items())) for r in sweeps[0]["runs"]} == {
+        (("lr", lr), ("width", w)) for lr in (0.3, 0.1, 0.01) for w in (4, 16)}
+    assert all(len(r["loss"]) == 30 for r in sweeps[0]["runs"])

@@ -1,0 +1,93 @@
+"""Several runs at once on a Spark session of the notebook's own (local[4], 4 task slots), in a real kernel: the third
+2-rank run waits its turn and says for what, an interrupt of the user's own Spark job leaves our runs training, a
+sweep of six combinations runs two at a time with one comparison view and its table."""
+from __future__ import annotations
+
+import pytest
+
+from ..support.kernel import Kernel, loaded_kernel
+
+pytestmark = pytest.mark.spark
+
+SWEEP_MIME = "application/vnd.jupyter-torchdist.sweep+json"
+SLEEPY = ("%%distribute -n 2 --background\nimport time\nfor i in range({steps}):\n    time.sleep(0.1)\n"
+          "    jupyter_torchdist.report(step=i + 1, total={steps}, loss=lr / (i + 1))\n{value}")
+
+
+@pytest.fixture(scope="module")
+def kernel():
+    setup = ("import sys\nfrom pyspark.sql import SparkSession\n"
+             "spark = SparkSession.builder.master('local[4]').appName('mine')"
+             ".config('spark.pyspark.python', sys.executable).getOrCreate()\n"
+             "import jupyter_torchdist as jt, jupyter_torchdist\nlr = 1.0")
+    with loaded_kernel(setup=setup) as k:
+        yield k
+
+
+def _text(k: Kernel, code: str, **kw) -> str:
+    r = k.execute(code, **kw)
+    assert r["status"] == "ok", k.text(r)
+    return k.text(r).strip()
+
+
+def test_a_third_run_waits_its_turn_for_slots_and_starts_when_one_ends(kernel):
+    for steps in (40, 40, 5):
+        assert kernel.execute(SLEEPY.format(steps=steps, value=steps))["status"] == "ok"
+    states = _text(kernel, "a, b, c = jt.runs()[-3:]\nimport time\nt0 = time.time()\n"
+                           "while 'queued' in (a.state, b.state) and time.time() - t0 < 60: time.sleep(0.1)\n"
+                           "print(a.state, b.state, c.state)")
+    assert states == "running running queued", states
+    waited = _text(kernel, "for r in (a, b, c): r.wait(120)\nprint([r.state for r in (a, b, c)])\n"
+                           "print(c.started_at >= min(a.ended_at, b.ended_at))\n"
+                           "print(c.details.report().snapshot['backend'])")
+    states, after, backend = waited.splitlines()
+    assert states == "['done', 'done', 'done']" and after == "True"
+    assert "local[4]" in backend and "embedded" not in backend
+
+
+def test_a_queued_run_says_which_runs_hold_the_slots(kernel):
+    for steps in (30, 30, 2):
+        kernel.execute(SLEEPY.format(steps=steps, value=repr(steps)))
+    said = _text(kernel, "a, b, c = jt.runs()[-3:]\nimport time\nt0 = time.time()\n"
+                         "while not (c.waiting_for or '').startswith('queued: needs') and time.time() - t0 < 60: "
+                         "time.sleep(0.05)\nprint(c.waiting_for)\nprint(jt.runs())")
+    assert said.startswith("queued: needs 2 task slots of the Spark session, 0 of 4 free; held by run ") and \
+        "it goes next" in said.splitlines()[0], said
+    assert "queued: needs 2 task slots" in said.splitlines()[-1]  # the runs table says it too
+    assert _text(kernel, "%distribute_wait") == "2"
+
+
+def test_an_interrupt_of_the_users_own_spark_job_leaves_our_runs_training(kernel):
+    assert kernel.execute(SLEEPY.format(steps=40, value="'trained'"))["status"] == "ok"
+    _text(kernel, "run = jt.runs()[-1]\nimport time\nt0 = time.time()\n"
+                  "while run.state != 'running' and time.time() - t0 < 60: time.sleep(0.1)")
+    r = kernel.execute("spark.sparkContext.parallelize(range(2), 2).map(lambda x: __import__('time').sleep(60))"
+                       ".collect()", interrupt_after=2.0, timeout=60)
+    assert r["status"] == "error" and r["error"]["ename"] == "KeyboardInterrupt", kernel.text(r)
+    assert _text(kernel, "print(run.result(timeout=60), run.state)") == "trained done"
+
+
+def test_a_sweep_of_six_runs_two_at_a_time_with_one_comparison_view_and_a_table(kernel):
+    seen: list[dict] = []
+    r = kernel.execute("%%distribute -n 2 --sweep \"lr=[0.1, 0.01, 0.001]; batch=[32, 64]\"\nimport time\n"
+                       "for i in range(10):\n    time.sleep(0.05)\n"
+                       "    jupyter_torchdist.report(step=i + 1, total=10, loss=lr * batch / (i + 1))\n"
+                       "if lr == 0.01 and batch == 64:\n    raise ValueError('diverged')\n{'loss': lr * batch}",
+                       watch=seen.append)
+    assert r["status"] == "ok" and "<Sweep of 6 runs over lr, batch" in kernel.text(r), kernel.text(r)
+    table = _text(kernel, "import pandas as pd\npd.set_option('display.width', 250)\ndf = %distribute_wait\n"
+                          "print(df[['lr', 'batch', 'state', 'value.loss', 'loss']].to_string())\n"
+                          "s = jt.runs()[-1].sweep\nprint(s.best('loss').params, s.concurrent)", watch=seen.append)
+    lines = table.splitlines()
+    assert len(lines) == 1 + 6 + 1 and lines[-1] == "{'lr': 0.001, 'batch': 32} 2", table
+    assert [line.split()[3] for line in lines[1:7]] == ["done", "done", "done", "failed", "done", "done"]
+    error = _text(kernel, "print(df.loc[3, 'error'])")
+    assert "ValueError: diverged" in error
+    reports = [m["content"]["data"][SWEEP_MIME] for m in seen if m["msg_type"] == "update_display_data"
+               and SWEEP_MIME in m["content"]["data"]]
+    assert reports and reports[-1]["status"] == "failed" and len(reports[-1]["runs"]) == 6
+    assert reports[-1]["counts"] == {"queued": 0, "running": 0, "done": 5, "failed": 1, "stopped": 0}
+    assert all(len(run["loss"]) == 10 for run in reports[-1]["runs"] if run["state"] == "done")
+    at_once = _text(kernel, "runs = s.runs\nprint(max(sum(1 for o in runs if o.started_at <= r.started_at < o.ended_at)"
+                            " for r in runs))")
+    assert at_once == "2"

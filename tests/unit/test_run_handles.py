@@ -1,0 +1,105 @@
+"""The handles a notebook holds (kernel/runs.py, kernel/sweep_state.py, kernel/control.py): states, waiting,
+values and errors, stops that reach only their run, and the tables. No ranks: the drivers' side is played here."""
+from __future__ import annotations
+
+import queue
+import threading
+
+import pytest
+
+from jupyter_torchdist import contract as C
+from jupyter_torchdist.errors import RankFailure, RunFailed, RunInterrupted
+from jupyter_torchdist.kernel import control
+from jupyter_torchdist.kernel.runs import RunList, new_run
+from jupyter_torchdist.kernel.sweep_state import metric_of, results_rows, sweep_snapshot
+from jupyter_torchdist.options import RunOptions
+
+
+def _failed(summary: str) -> RunFailed:
+    return RunFailed(f"rank 1 failed first: {summary}", {1: RankFailure(1, "host", "exception", summary)}, 2)
+
+
+def _run(**params):
+    return new_run("%%distribute -n 2 --background", RunOptions(background=True), params or None)
+
+
+def test_a_run_goes_from_queued_to_done_and_gives_its_value_once_ended():
+    run = _run()
+    assert run.state == "queued" and not run.done() and run.wait(0.01) is False
+    with pytest.raises(TimeoutError, match="has not ended after 0.01 s"):
+        run.result(timeout=0.01)
+    run.running()
+    threading.Timer(0.1, run.finish, args=(42, None, None)).start()
+    assert run.result(timeout=5) == 42 and run.state == "done" and run.seconds() is not None
+    assert repr(run).endswith(": done>") and run.stop() is False  # an ended run cannot be stopped
+
+
+def test_a_failed_run_raises_its_own_error_each_time_and_a_stopped_one_says_stopped():
+    failed, stopped = _run(), _run()
+    error = _failed("ValueError: boom")
+    failed.finish(None, None, error)
+    for _ in range(2):
+        with pytest.raises(RunFailed) as caught:
+            failed.result()
+        assert caught.value is error
+    stopped.finish(None, None, RunInterrupted("stopped by run.stop(): every rank was stopped"))
+    assert (failed.state, stopped.state) == ("failed", "stopped")
+    assert failed.summary() == "rank 1 failed first: ValueError: boom"
+
+
+def test_a_stop_reaches_the_runs_own_inbox_even_when_asked_before_its_ranks_listen():
+    early, late, other = _run(), _run(), _run()
+    assert early.stop() is True and early.stop_asked == "run.stop()"
+    inbox: queue.SimpleQueue = queue.SimpleQueue()
+    early.attach(inbox)  # the ranks came up after the stop: it is delivered at once
+    assert inbox.get_nowait().msg == {"t": C.STOP_WANTED, "by": "run.stop()"}
+    mine, theirs = queue.SimpleQueue(), queue.SimpleQueue()
+    late.attach(mine)
+    other.attach(theirs)
+    late.stop("the view's Stop")
+    assert mine.get_nowait().msg["by"] == "the view's Stop" and theirs.empty()
+
+
+def test_the_views_requests_on_the_control_channel_reach_the_named_run_only():
+    target, bystander = _run(), _run()
+    inboxes = {target.id: queue.SimpleQueue(), bystander.id: queue.SimpleQueue()}
+    target.attach(inboxes[target.id])
+    bystander.attach(inboxes[bystander.id])
+    assert control._accept({"want": "stacks", "run": target.id}) is True
+    assert inboxes[target.id].get_nowait().msg == {"t": C.WHERE_WANTED}
+    assert control._accept({"want": "stop", "run": target.id}) is True
+    assert inboxes[target.id].get_nowait().msg["t"] == C.STOP_WANTED and inboxes[bystander.id].empty()
+    assert control._accept({"want": "stop", "run": 10**9}) is False and control._accept({"want": "stop"}) is False
+
+
+def test_runs_show_as_a_table_in_text_and_html():
+    ok, bad = _run(lr=0.1), _run()
+    ok.running()
+    ok.finish(3.5, None, None)
+    bad.finish(None, None, _failed("KeyError: 'x'"))
+    table = RunList([ok, bad])
+    lines = repr(table).splitlines()
+    assert lines[0].split() == ["run", "title", "state", "ranks", "seconds", "outcome"]
+    assert "[lr=0.1]" in lines[1] and lines[1].rstrip().endswith("3.5") and "failed" in lines[2]
+    assert "<table" in table._repr_html_() and "KeyError: &#x27;x&#x27;" in table._repr_html_()
+
+
+def _latest(run_id: int, metrics: dict, loss: list) -> dict:
+    return {"run_id": run_id, "headline": "", "error": None, "value_repr": None,
+            "ranks": [{"step": len(loss), "total": 10, "rate": 2.0, "metrics": metrics, "loss_history": loss}]}
+
+
+def test_a_sweeps_rows_hold_parameters_values_metrics_and_failures_and_best_reads_them():
+    a, b, c = _run(lr=0.1), _run(lr=0.01), _run(lr=1.0)
+    a.finish({"loss": 0.5, "acc": 0.9}, None, None)
+    b.finish(0.25, None, None)
+    c.finish(None, None, _failed("nan loss"))
+    latest = {a.id: _latest(a.id, {"loss": 0.6}, [[1, 1.0], [2, 0.6]]), b.id: _latest(b.id, {"loss": 0.3}, [])}
+    rows = results_rows([a, b, c], latest)
+    assert rows[0]["lr"] == 0.1 and rows[0]["value.loss"] == 0.5 and rows[0]["loss"] == 0.6
+    assert rows[1]["value"] == 0.25 and rows[2]["state"] == "failed" and "nan loss" in rows[2]["error"]
+    assert metric_of(rows[0], "loss") == 0.5 and metric_of(rows[1], "loss") == 0.3
+    assert metric_of(rows[2], "loss") is None
+    snap = sweep_snapshot("sweep", ["lr"], [a, b, c], latest, now=10.0, started_at=4.0, concurrent=2)
+    assert snap["status"] == "failed" and snap["counts"]["done"] == 2 and snap["elapsed_s"] == 6.0
+    assert snap["runs"][0]["loss"] == [[1.0, 1.0], [2.0, 0.6]] and snap["runs"][2]["error"]
