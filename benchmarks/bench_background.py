@@ -3,8 +3,9 @@
     python benchmarks/bench_background.py [--cells 40] [--steps 120] [--sweep-steps 40]
 
 1. In a real kernel (the embedded session, warmed up as %load_ext does): a trivial cell's round trip (execute
-   request to idle) while four 2-rank background runs report every 50 ms, against the same cell in the idle kernel
-   and against a foreground run (where the cell waits for the run's end, as it did before background runs).
+   request to idle) while four 2-rank background runs, each with its live view, report every 50 ms, against the
+   same cell in the idle kernel and against a foreground run (where the cell waits for the run's end, as it did
+   before background runs).
 2. The live view's traffic (widget messages on iopub, bytes per second per run) of one background run alone, and
    of each of four at once, same cell.
 3. A sweep's scheduling: six 2-rank runs of fixed length (sleep-based steps) on a local[4] session (4 task slots:
@@ -79,7 +80,7 @@ def in_kernel(args: argparse.Namespace) -> dict[str, Any]:
         ks.run("%%distribute -n 2\n1")  # warm workers, as after a first cell
         out["idle"] = _trivial_cells(ks, args.cells)
         for _ in range(4):
-            ks.run(TRAIN.format(steps=args.steps))
+            ks.run(VIEWED.format(steps=args.steps))  # each with its live view, as a user has them
         time.sleep(3)  # all four training
         out["four_runs"] = _trivial_cells(ks, args.cells)
         ks.run(WAIT_ALL)
@@ -122,7 +123,7 @@ def sweep_scheduling(args: argparse.Namespace) -> dict[str, float]:
     spark = SparkSession.builder.master("local[4]").config("spark.pyspark.python", sys.executable).getOrCreate()
     steps = args.sweep_steps
     common.register_by_value(sys.modules[__name__])
-    jt.run(_fixed, 2, n=2)  # warm workers
+    jt.run(_fixed, 2, n=4)  # four warm Python workers: two runs at once start as warm as one alone
     alone = [common.timed(lambda: jt.run(_fixed, steps, n=2))[0] for _ in range(3)]
     t0 = time.perf_counter()
     s = jt.sweep(_fixed, {"seed": list(range(6))}, steps, n=2)

@@ -6,7 +6,7 @@ from typing import Any
 
 from ..grid import check_grid
 from ..options import RunOptions
-from ..views import RunView
+from ..views import NullView, RunView
 from .result import RunResult
 from .run import Work, launch, launch_background
 from .sweep import Sweep, sweep_function
@@ -56,9 +56,7 @@ def sweep(fn: Callable[..., Any], grid: Mapping[str, Iterable[Any]], *args: Any,
     checked = check_grid(grid)
     options = RunOptions(n=n, gpu=gpu, local=local, timeout=timeout, all_ranks=all_ranks, concurrent=concurrent,
                          max_restarts=max_restarts, checkpoint_dir=checkpoint_dir, sweep=checked, background=True)
-    from ..views.compare import NullSweepView
-
-    return sweep_function(fn, checked, options, args, kwargs, NullSweepView())
+    return sweep_function(fn, checked, options, args, kwargs, NullView())
 
 
 def spark_session() -> Any:

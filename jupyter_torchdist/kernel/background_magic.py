@@ -6,7 +6,7 @@ from typing import Any
 from IPython.core.error import UsageError
 
 from ..options import RunOptions
-from ..views import make_view
+from ..views import NullView, make_view
 from .run import Work, launch_background
 from .runs import Run, find, last_background
 from .sweep import Sweep, sweep_cell
@@ -26,9 +26,9 @@ def run_background(shell: Any, work: Work, options: RunOptions) -> Run:
 
 
 def run_sweep(shell: Any, work: Work, options: RunOptions) -> Sweep:
-    from ..views.compare import NullSweepView, SweepView
+    from ..views.compare import SweepView
 
-    view = SweepView() if not options.quiet and getattr(shell, "kernel", None) is not None else NullSweepView()
+    view = SweepView() if not options.quiet and getattr(shell, "kernel", None) is not None else NullView()
     return sweep_cell(work.fn, options, view, title=work.title, filename=work.filename, source=work.source)
 
 

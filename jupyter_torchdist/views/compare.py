@@ -10,7 +10,7 @@ from typing import Any, Final
 
 from .style import DASH, colour, duration, fmt_metric
 
-__all__ = ["SWEEP_MIME", "SweepReport", "sweep_bundle", "sweep_text", "sweep_html", "SweepView", "NullSweepView"]
+__all__ = ["SWEEP_MIME", "SweepReport", "sweep_bundle", "sweep_text", "sweep_html", "SweepView"]
 
 SWEEP_MIME: Final = "application/vnd.jupyter-torchdist.sweep+json"
 _MAX_METRICS: Final = 6   # metric columns the fallbacks show (the front end shows every one)
@@ -96,19 +96,6 @@ class SweepReport:
 
     def __repr__(self) -> str:
         return sweep_text(self.snapshot)
-
-
-class NullSweepView:
-    """Draws nothing (``--quiet``, a terminal, the plain Python API)."""
-
-    def start(self, snapshot: dict[str, Any]) -> None:
-        pass
-
-    def update(self, snapshot: dict[str, Any]) -> None:
-        pass
-
-    def finish(self, snapshot: dict[str, Any]) -> None:
-        pass
 
 
 class SweepView:

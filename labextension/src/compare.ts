@@ -5,8 +5,9 @@
  */
 import { colourOf, lossChart } from './chart';
 import { el, isObject, token } from './dom';
-import { clip, count, DASH, duration, metric, num, rate, str } from './format';
+import { clip, DASH, duration, metric, num, rate, str } from './format';
 import { P, STATUS_LABEL } from './model';
+import { progressCell } from './table';
 import { ISweepRun, ISweepSnapshot } from './types';
 
 /** How the table is sorted: a column key and a direction (null: the grid's order). */
@@ -42,25 +43,6 @@ function metricNames(rows: ISweepRun[]): string[] {
     }
   }
   return names;
-}
-
-function progressCell(r: ISweepRun): HTMLElement {
-  const cell = el('td', `${P}-progress`);
-  const step = num(r.step);
-  const total = num(r.total);
-  if (step === null) {
-    cell.appendChild(el('span', `${P}-steps`, DASH));
-    return cell;
-  }
-  if (total !== null && total > 0) {
-    const bar = el('span', `${P}-bar`);
-    const fill = el('span', `${P}-barFill`);
-    fill.style.width = `${(Math.max(0, Math.min(1, step / total)) * 100).toFixed(1)}%`;
-    bar.appendChild(fill);
-    cell.appendChild(bar);
-  }
-  cell.appendChild(el('span', `${P}-steps`, total ? `${count(step)}/${count(total)}` : `step ${count(step)}`));
-  return cell;
 }
 
 function stateCell(r: ISweepRun, live: boolean): HTMLElement {

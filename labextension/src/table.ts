@@ -20,7 +20,8 @@ function orderedMetrics(metrics: unknown): Array<[string, unknown]> {
     .map(x => x.e);
 }
 
-function progressCell(r: IRankSnapshot): HTMLElement {
+/** A step/total bar and count (a rank's row; a sweep's run in `compare.ts`). */
+export function progressCell(r: Pick<IRankSnapshot, 'step' | 'total'>): HTMLElement {
   const cell = el('td', `${P}-progress`);
   const step = num(r.step);
   const total = num(r.total);
