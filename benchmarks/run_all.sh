@@ -18,7 +18,7 @@ $PY -m pip install -q -e ".[bench]" "torch==2.13.0" \
   || echo "the benchmark tools (.[bench]) could not be installed: the scripts that need one say so" >&2
 
 status=0
-for script in bench_latency bench_magic bench_scaling bench_throughput bench_horovod bench_kept bench_data bench_connect \
+for script in bench_latency bench_magic bench_scaling bench_throughput bench_horovod bench_kept bench_background bench_data bench_connect \
               bench_restarts bench_first_cell bench_late_executors bench_multihost bench_report bench_debug bench_gpu profile_phases; do
   echo "=== $script ($(date +%H:%M:%S), $(cut -d' ' -f1-3 /proc/loadavg))"
   if ! $PY "benchmarks/$script.py" 2>"benchmarks/results/$script.err" | tee "benchmarks/results/$script.txt"; then

@@ -84,30 +84,42 @@ _PLACES = {"spark": "the Spark session", "connect": "the Spark Connect session"}
 
 
 def drive(d: Driven, gates: Sequence[Gate], deadline: float | None) -> RunResult:
-    """Wait for the run's turn, run it, fill in its handle; the result, or raise the run's error."""
+    """Wait for the run's turn, run it, fill in its handle; the result, or raise the run's error. The handle says
+    the run ended before its slots go to the next run in line."""
     held: list[Ticket] = []
     try:
-        for gate in gates:
-            _take_turn(d, gate, deadline)
-            held.append(gate.ticket)
-        if d.waiting is not None and d.waiting.status == "queued":
-            d.say(None)  # its turn came: starting
-        d.run.running()
-        result = d.attempts(d)
-    except BaseException as exc:
-        error = _as_error(exc, d)
-        _show_end(d, error)
-        details = getattr(error, "result", None)
-        d.run.finish(None, details if isinstance(details, RunResult) else None, error)
-        if error is exc:
-            raise
-        raise error from None
+        try:
+            for gate in gates:
+                _take_turn(d, gate, deadline)
+                held.append(gate.ticket)
+            if d.waiting is not None and d.waiting.status == "queued":
+                d.say(None)  # its turn came: starting
+            d.run.running()
+            result = d.attempts(d)
+        except BaseException as exc:
+            error = _as_error(exc, d)
+            _close_view(d, error)
+            details = getattr(error, "result", None)
+            d.run.finish(None, details if isinstance(details, RunResult) else None, error)
+            if error is exc:
+                raise
+            raise error from None
+        _close_view(d)
+        d.run.finish(result.value, result, None)
+        return result
     finally:
         for ticket in held:
             turns.release(ticket)
+
+
+def _close_view(d: Driven, error: BaseException | None = None) -> None:
+    """The report replaces the view; a view that breaks (its front end went away) never costs the run its end."""
+    try:
+        if error is not None:
+            _show_end(d, error)
         d.shown.close()
-    d.run.finish(result.value, result, None)
-    return result
+    except Exception:
+        pass
 
 
 def _take_turn(d: Driven, gate: Gate, deadline: float | None) -> None:

@@ -49,14 +49,17 @@ OFFLINE = ("live progress is unavailable: the executors could not reach this ker
 
 def connect_session() -> Any | None:
     """The notebook's active session if it is a Spark Connect client; None otherwise (and pyspark stays unloaded
-    when nothing has loaded it: a Connect session cannot exist without it)."""
+    when nothing has loaded it: a Connect session cannot exist without it). The active session is per thread: on
+    another thread (a background run's) it is the notebook's default Connect session, as ``SparkSession.active()``
+    would find it."""
     if "pyspark" not in sys.modules or "SPARK_CONNECT_MODE_ENABLED" not in os.environ:
         return None
     try:
         from pyspark.sql.connect.session import SparkSession
     except ImportError:
         return None
-    return SparkSession.getActiveSession()
+    default = getattr(SparkSession, "_get_default_session", lambda: None)
+    return SparkSession.getActiveSession() or default()
 
 
 def _reaches(address: tuple[str, int], timeout: float) -> bool:

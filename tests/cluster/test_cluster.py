@@ -185,6 +185,21 @@ def test_kept_ranks_on_the_cluster_keep_their_state_and_stop_cleanly(driver, clu
     _ok(kernel, "%%distribute -n 2\n1")  # the slots are free again
 
 
+def test_background_runs_on_the_cluster_take_its_two_slots_in_turn(driver, cluster):
+    """Two 2-rank background runs on a cluster of 2 slots: the second waits its turn, then runs in the executors."""
+    kernel, _ = driver
+    cell = ("%%distribute -n 2 --background\nimport time\nfor i in range(20):\n    time.sleep(0.1)\n"
+            "    jupyter_torchdist.report(step=i + 1, total=20)\nexecutor_jvm()")
+    _ok(kernel, "import jupyter_torchdist, jupyter_torchdist as jt")
+    _ok(kernel, cell)
+    _ok(kernel, cell)
+    said = _value(kernel, "[r.wait(180) for r in jt.runs()[-2:]] and "
+                          "(jt.runs()[-1].started_at >= jt.runs()[-2].ended_at, [r.state for r in jt.runs()[-2:]], "
+                          "jt.runs()[-1].result())")
+    after, states, jvm = said
+    assert after and states == ["done", "done"] and jvm[0] in cluster.family()
+
+
 def test_gpu_on_a_cluster_without_gpu_scheduling_is_refused(driver):
     kernel, _ = driver
     r = kernel.execute("from jupyter_torchdist import TorchDistributor\n"

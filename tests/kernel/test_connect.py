@@ -113,6 +113,15 @@ def test_kept_ranks_keep_their_state_across_cells(kernel):
     assert _value(kernel, ALL_REDUCE) == "3.0"
 
 
+def test_background_runs_on_the_connect_session_and_a_cell_meanwhile(kernel):
+    started = _ok(kernel, "%%distribute -n 2 --background\nimport time, torch, torch.distributed as dist\n"
+                          "time.sleep(2)\nt = torch.tensor([float(dist.get_rank() + 1)])\ndist.all_reduce(t)\nt.item()")
+    assert "<Run" in started
+    assert _value(kernel, "jt.runs()[-1].state") in ("'queued'", "'running'")  # the cell came back at once
+    assert _value(kernel, "%distribute_wait") == "3.0"
+    assert _value(kernel, "jt.runs()[-1].details.state.backend").startswith("'spark connect")
+
+
 def test_more_ranks_than_the_server_has_slots_is_refused_at_once(kernel):
     r = kernel.execute("%%distribute -n 9\n1", timeout=60)
     text = kernel.text(r)

@@ -155,3 +155,20 @@ def test_kept_ranks_lost_mid_cell_restart_from_the_last_commit_at_the_next_cell(
         with pytest.raises(RunFailed, match="SIGKILL") as info:  # no restarts left: the set is gone
             ranks.run_cell("if dist.get_rank() == 0:\n    os.kill(os.getpid(), signal.SIGKILL)\ndist.barrier()")
         assert not ranks.alive
+
+
+def dies_the_first_time(marker: str):
+    import torch.distributed as dist
+
+    if dist.get_rank() == 1 and not os.path.exists(marker):
+        Path(marker).write_text("killed once")
+        os.kill(os.getpid(), signal.SIGKILL)
+    dist.barrier()
+    return "second attempt"
+
+
+def test_a_background_run_restarts_after_a_lost_rank_under_its_one_handle(tmp_path):
+    run = jt.run(dies_the_first_time, str(tmp_path / "marker"), n=2, local=True, max_restarts=1, timeout=60,
+                 background=True)
+    assert run.result(timeout=120) == "second attempt" and run.state == "done"
+    assert [a.failure.signal for a in run.details.attempts] == ["SIGKILL"]
