@@ -136,7 +136,8 @@ def _take_turn(d: Driven, gate: Gate, deadline: float | None) -> None:
 def _as_error(exc: BaseException, d: Driven) -> BaseException:
     """An interrupt while the run waited is the run's RunInterrupted; anything else stands as it is."""
     if isinstance(exc, KeyboardInterrupt):
-        return RunInterrupted("interrupted while queued: no rank had started")
+        where = "while queued for task slots" if d.run.state == "queued" else "before any rank started"
+        return RunInterrupted(f"interrupted {where}: nothing ran")
     return exc
 
 
