@@ -62,7 +62,11 @@ def sweep(fn: Callable[..., Any], grid: Mapping[str, Iterable[Any]], *args: Any,
 def spark_session() -> Any:
     """The SparkSession runs use: the notebook's active one, or the embedded local one (started if need be,
     after ``%load_ext``'s warm-up). Build the DataFrames you train on with it; it is the active session."""
+    from ..launchers import embedded
     from ..launchers.spark_session import get_session, wait_for_warm_up
 
     wait_for_warm_up()
-    return get_session()[0]
+    session, is_embedded = get_session()
+    if is_embedded:
+        embedded.wanted()  # its Python workers warm up in the background
+    return session

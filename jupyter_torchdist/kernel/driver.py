@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..errors import LaunchError, RunInterrupted
-from ..launchers import backend_for
+from ..launchers import backend_for, before_run
 from ..options import RunOptions
 from ..views import RunView
 from .result import RunResult
@@ -67,6 +67,7 @@ class Driven:
 
 def slots_gate(run: Run, options: RunOptions) -> Gate:
     """The backend's task slots (none for local processes); read again while the run waits."""
+    before_run(options)  # the embedded session starts warming if this run could use it
     backend = backend_for(options)
     launcher = backend.launcher()
 

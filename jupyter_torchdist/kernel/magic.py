@@ -6,6 +6,7 @@ from typing import Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
+from traitlets import Float
 
 from ..errors import OptionsError
 from ..launchers import guard_interrupts, on_load, on_unload
@@ -13,7 +14,10 @@ from ..options import RunOptions, options_help, parse_options
 from ..views import make_view
 from . import background_magic, control, kept_magic
 from .cell import CellSyntaxError, compile_cell
+from .idle import DEFAULT_IDLE_S, IDLE_ENV, IdleWatch, idle_seconds
+from .kept import notebook_ranks
 from .run import Work, launch
+from .runs import runs
 
 __all__ = ["DistributeMagics", "load", "unload"]
 
@@ -50,6 +54,9 @@ def _parse(line: str, cell: str | None) -> RunOptions:
 @magics_class
 class DistributeMagics(Magics):
     shell: Any  # IPython's own annotation allows None; a registered magic always has its shell
+    idle_seconds = Float(DEFAULT_IDLE_S, help="Seconds with no cell executed, no run and no kept ranks after which "
+                         "the notebook gives back what only speeds up the next run (the local process server, idle "
+                         f"Spark Python workers); 0: never. The environment's {IDLE_ENV} wins.").tag(config=True)
 
     @line_cell_magic
     def distribute(self, line: str, cell: str | None = None) -> Any:
@@ -121,17 +128,49 @@ def _activate_embedded_session(*_: Any) -> None:
     guard_interrupts()
 
 
+class _Loaded:
+    watch: IdleWatch | None = None   # the idle release (kernel/idle.py), while the extension is loaded
+
+
+def _touch(*_: Any) -> None:
+    if _Loaded.watch is not None:
+        _Loaded.watch.touch()
+
+
+def _idle_watch(ipython: Any) -> IdleWatch:
+    from ..launchers import idle_release
+
+    magics = ipython.magics_manager.registry.get("DistributeMagics")
+
+    def seconds() -> float:
+        return idle_seconds(float(getattr(magics, "idle_seconds", DEFAULT_IDLE_S)))
+
+    def busy() -> bool:
+        return any(not r.done() for r in runs()) or notebook_ranks() is not None
+
+    return IdleWatch(seconds, busy, idle_release.release, idle_release.rewarm)
+
+
 def load(ipython: Any) -> None:
     ipython.register_magics(DistributeMagics)
     control.register(ipython)  # the live view's Stacks control reaches the kernel while a cell runs
     ipython.events.register("pre_run_cell", _activate_embedded_session)
     on_load(warm=os.environ.get(WARMUP_ENV, "1") != "0")
+    if _Loaded.watch is None:
+        _Loaded.watch = _idle_watch(ipython)
+        for event in ("pre_run_cell", "post_run_cell"):
+            ipython.events.register(event, _touch)
 
 
 def unload(ipython: Any) -> None:
     on_unload()
     control.unregister(ipython)
-    try:
-        ipython.events.unregister("pre_run_cell", _activate_embedded_session)
-    except ValueError:
-        pass
+    for event, hook in (("pre_run_cell", _activate_embedded_session), ("pre_run_cell", _touch),
+                        ("post_run_cell", _touch)):
+        try:
+            ipython.events.unregister(event, hook)
+        except ValueError:
+            pass
+    if _Loaded.watch is not None:
+        _Loaded.watch.stop()
+        _Loaded.watch = None

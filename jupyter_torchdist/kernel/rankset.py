@@ -17,7 +17,7 @@ from ..channel.server import ChannelServer
 from ..contract import Inbound, LaunchInfo, RunPlan
 from ..errors import RankFailure
 from ..data.service import DataService
-from ..launchers import launcher_for
+from ..launchers import before_run, launcher_for
 from ..launchers.base import Launcher
 from ..options import RunOptions
 from ..views import RunView
@@ -53,6 +53,7 @@ class RankSet:
 
     def __init__(self, options: RunOptions, *, keep: bool = False) -> None:
         self.options, self.keep = options, keep
+        before_run(options)  # the embedded session starts warming if this run could use it
         self.launcher: Launcher = launcher_for(options)
         self.info: LaunchInfo = self.launcher.prepare(options)
         self.inbox: queue.SimpleQueue[Inbound] = queue.SimpleQueue()

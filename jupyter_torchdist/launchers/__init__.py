@@ -13,7 +13,7 @@ from .interrupts import guard_interrupts
 from .registry import Backend, backend_for, backends, launcher_for, register, unregister
 
 __all__ = ["Launcher", "Capacity", "DataPlane", "Backend", "register", "unregister", "backends", "backend_for",
-           "launcher_for", "data_plane", "on_load", "on_unload", "guard_interrupts"]
+           "launcher_for", "data_plane", "on_load", "on_unload", "guard_interrupts", "before_run"]
 
 
 def _local(options: RunOptions) -> bool:
@@ -32,7 +32,14 @@ def _warming(options: RunOptions) -> bool:
     return not (options.local or options.spark_tasks) and warming() and not _connect(options)
 
 
+def _no_java(options: RunOptions) -> bool:
+    from .embedded import java_available
+
+    return not (options.local or options.spark_tasks) and not java_available() and not _connect(options)
+
+
 register("local", "jupyter_torchdist.launchers.local:LocalLauncher", _local, priority=100)
+register("no-java", "jupyter_torchdist.launchers.nojava:NoJavaLauncher", _no_java, priority=60)
 register("warming", "jupyter_torchdist.launchers.warming:WarmingLauncher", _warming, priority=50)
 register("connect", "jupyter_torchdist.launchers.connect:ConnectLauncher", _connect, priority=0)
 register("spark", "jupyter_torchdist.launchers.spark:SparkLauncher", lambda options: True, priority=-100)
@@ -50,39 +57,38 @@ def data_plane(session: Any) -> DataPlane:
 
 
 def on_load(warm: bool) -> None:
-    """``%load_ext``: with ``warm``, the embedded Spark session starts in the background (unless the notebook
-    already holds a Spark Connect session: its server's executors are the server's to warm), and a session the
-    notebook builds later stays its own (``give_way``; installed wherever the embedded session starts, so that a
-    ``--local``-only notebook never imports pyspark)."""
+    """``%load_ext``: with ``warm``, the local process server starts (the first cells run on it), and the embedded
+    Spark session may start when a run or a session needs it (``embedded``; never for a ``--local``-only notebook),
+    unless the notebook already holds a Spark Connect session (its server's executors are the server's to warm).
+    A session the notebook builds later is the embedded one when it asks for nothing else, else its own
+    (``give_way``)."""
     from .connect import connect_session
 
     if not warm or connect_session() is not None:
         return
-    from . import give_way
+    from . import embedded, give_way
     from .local_server import get_zygote
-    from .spark_session import warm_up_async
 
     try:
         give_way.install()
     except ImportError:
         return  # no pyspark: --local still works
-    zygote = get_zygote()  # the first cells run on it while the JVM starts (launchers.warming)
-    warm_up_async(before=lambda: zygote.ready.wait(ZYGOTE_FIRST_S), after=lambda: _idle_zygote_goes(zygote))
+    embedded.enable(get_zygote())
 
 
-ZYGOTE_FIRST_S = 10.0  # the JVM waits this long at most for the zygote: on two cores they would slow each other
+def before_run(options: RunOptions) -> None:
+    """A run is about to choose its backend: if it could use the embedded session, that session starts warming up
+    in the background now (this run goes to local processes meanwhile: ``warming``)."""
+    if options.local or _connect(options):
+        return
+    from . import embedded
 
-
-def _idle_zygote_goes(zygote: Any) -> None:
-    """Once the session is warm, the zygote the warm-up started goes unless a run uses it or asked for it."""
-    from .local_server import stop_zygote, zygote_if_running
-
-    running = zygote_if_running()
-    if running is not None and running is zygote and not running.busy() and not running.asked:
-        stop_zygote()
+    if embedded.allowed():
+        embedded.wanted()
 
 
 def on_unload() -> None:
-    from . import give_way
+    from . import embedded, give_way
 
     give_way.uninstall()
+    embedded.disable()

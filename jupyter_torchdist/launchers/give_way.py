@@ -1,12 +1,15 @@
-"""The notebook's own SparkSession stays the notebook's: the embedded session gives way to it.
+"""One session whenever the notebook asks for one: the embedded session, unless the notebook asks for another.
 
-``%load_ext`` starts the embedded local session in the background so the first cell is fast. pyspark's
-``SparkSession.builder...getOrCreate()`` returns any SparkContext that already exists, ignoring the master and
-settings asked for, so a session the notebook builds in a later cell would silently be ours. While the extension
-is loaded, ``getOrCreate`` first checks: if the embedded session is up (or starting) and the builder asks for
-another master (a cluster, another ``local[N]``, a Connect server started here), the embedded session is stopped,
-one line says so, and pyspark builds the session asked for. Kept ranks on the embedded session keep it: the line
-then says to stop them first.
+While the extension is loaded, ``SparkSession.builder...getOrCreate()`` first checks what the builder asks for.
+
+* **Nothing of its own** (no master, no remote, no setting only a new JVM could take: ``.appName(...)``, runtime
+  SQL settings): it gets the notebook's embedded session, started now if nothing started it yet, waited for if it
+  is starting, its runtime settings applied, and made the active session, whenever the builder runs (right after
+  ``%load_ext``, while the warm-up runs, after). Without this, pyspark would start a ``local[*]`` session of its
+  own when the builder ran before the embedded one was up (2 task slots here), and the embedded one later.
+* **Another master** (a cluster, another ``local[N]``, a Connect server started here) **or JVM settings** (driver
+  memory, jars): the embedded session, if it is up, is stopped, one line says so, and pyspark builds the session
+  asked for. Kept ranks on the embedded session keep it: the line then says to stop them first.
 """
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ import functools
 import sys
 from typing import Any
 
-from . import spark_session
+from . import embedded, spark_session
 from .spark_jobs import held_slots
 
 __all__ = ["install", "uninstall"]
@@ -25,6 +28,27 @@ _JVM_LAUNCH = ("spark.driver.memory", "spark.driver.extraJavaOptions", "spark.dr
                "spark.driver.extraLibraryPath", "spark.jars", "spark.jars.packages", "spark.jars.repositories")
 
 
+def _embedded_for(builder: Any) -> Any:
+    """The embedded session for a builder that asks for nothing of its own (else None): started or waited for."""
+    options = dict(getattr(builder, "_options", {}) or {})
+    if _asked_master(builder) or set(options) & set(_JVM_LAUNCH) or not embedded.allowed() \
+            or not embedded.java_available():
+        return None
+    session, is_embedded = spark_session.get_session()  # waits for a start under way
+    if not is_embedded:
+        return None  # the notebook has a session of its own: pyspark returns it
+    embedded.wanted()  # its Python workers warm up in the background
+    for key, value in options.items():
+        if key != "spark.app.name":
+            try:
+                session.conf.set(key, value)  # as pyspark does for a session that exists
+            except Exception:
+                print(f"jupyter-torchdist: {key} cannot change on the running embedded session; build the session "
+                      "before %load_ext (or set JUPYTER_TORCHDIST_WARMUP=0) for it to apply", file=sys.stderr)
+    spark_session.activate(session)
+    return session
+
+
 def _asked_master(builder: Any) -> str | None:
     options = getattr(builder, "_options", {}) or {}
     return options.get("spark.master") or options.get("spark.remote")
@@ -33,11 +57,12 @@ def _asked_master(builder: Any) -> str | None:
 def _give_way(builder: Any) -> None:
     """Stop the embedded session if the builder asks for another master and nothing of ours runs on it."""
     asked = _asked_master(builder)
-    if not asked or asked.startswith("sc://"):
+    late = sorted(set(getattr(builder, "_options", {}) or {}) & set(_JVM_LAUNCH))
+    if (not asked and not late) or (asked or "").startswith("sc://"):
         return  # "the" session (the embedded one is it), or a remote Connect server (no SparkContext here)
     spark_session.wait_for_warm_up()
-    embedded = spark_session.embedded_session()
-    if embedded is None or embedded.sparkContext.master == asked:
+    session = spark_session.embedded_session()
+    if session is None or (asked and session.sparkContext.master == asked and not late):
         return
     if held_slots():
         print(f"jupyter-torchdist: kept ranks run on the embedded local session, so pyspark returns it instead of "
@@ -45,9 +70,8 @@ def _give_way(builder: Any) -> None:
               file=sys.stderr)
         return
     spark_session.stop_embedded_session()
-    print(f"jupyter-torchdist: stopped its embedded local Spark session so that the one you asked for ({asked}) is "
-          "yours; runs now go to it.", file=sys.stderr)
-    late = sorted(set(getattr(builder, "_options", {}) or {}) & set(_JVM_LAUNCH))
+    print(f"jupyter-torchdist: stopped its embedded local Spark session so that the one you asked for "
+          f"({asked or ', '.join(late)}) is yours; runs now go to it.", file=sys.stderr)
     if late:
         print(f"jupyter-torchdist: {', '.join(late)} cannot apply: the JVM they configure was started by %load_ext's "
               "background start. Build the session before %load_ext (or set JUPYTER_TORCHDIST_WARMUP=0).",
@@ -65,7 +89,12 @@ def install() -> None:
 
     @functools.wraps(_original)
     def get_or_create(builder: Any) -> Any:
+        if spark_session.building():
+            return _original(builder)  # our own start of the embedded session
         try:
+            session = _embedded_for(builder)
+            if session is not None:
+                return session
             _give_way(builder)
         except Exception:
             pass  # never stand between the notebook and its session

@@ -108,7 +108,7 @@ def test_a_fresh_notebook_starts_quietly_and_shares_the_embedded_session():
     k = Kernel(extra_env={"JUPYTER_TORCHDIST_WARMUP": "1"})  # as a user gets it: warm-up in the background
     try:
         cells = ["%load_ext jupyter_torchdist",
-                 "from jupyter_torchdist.launchers.spark_session import wait_for_warm_up\nwait_for_warm_up()",
+                 "import jupyter_torchdist as jt\njt.spark_session()",  # the DataFrames' session, started when asked
                  "from pyspark.sql import SparkSession\nspark = SparkSession.getActiveSession()\n"
                  "print(spark is not None, spark.range(10).count())",
                  "%%distribute -n 2\nimport torch.distributed as dist\ndist.get_world_size()"]

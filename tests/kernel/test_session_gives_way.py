@@ -16,9 +16,8 @@ BUILD = ("from pyspark.sql import SparkSession\n"
 
 def test_the_notebooks_own_session_is_the_one_it_asked_for():
     with loaded_kernel(extra_env={"JUPYTER_TORCHDIST_WARMUP": "1"}) as k:
-        r = k.execute("from jupyter_torchdist.launchers.spark_session import wait_for_warm_up, embedded_session\n"
-                      "wait_for_warm_up()\nprint(embedded_session().sparkContext.master)")
-        assert "local[256]" in k.text(r)  # the background start ran
+        r = k.execute("import jupyter_torchdist as jt\nprint(jt.spark_session().sparkContext.master)")
+        assert "local[256]" in k.text(r)  # the embedded session, started when asked for
 
         r = k.execute("%%distribute --keep -n 2\nx = 1")
         assert r["status"] == "ok", k.text(r)
