@@ -35,4 +35,5 @@ def test_the_sweep_shows_its_table_its_best_run_and_its_saved_comparison(execute
     assert len(sweeps) == 1 and sweeps[0]["status"] == "succeeded" and len(sweeps[0]["runs"]) == 6
     assert {tuple(sorted(r["params"].items())) for r in sweeps[0]["runs"]} == {
         (("lr", lr), ("width", w)) for lr in (0.3, 0.1, 0.01) for w in (4, 16)}
-    assert all(len(r["loss"]) == 30 for r in sweeps[0]["runs"])
+    # a slow kernel may drop old progress points (by design, oldest first), never the last one
+    assert all(r["loss"] and r["loss"][-1][0] == 30 and len(r["loss"]) <= 30 for r in sweeps[0]["runs"]), sweeps
