@@ -3,7 +3,8 @@
 ``%load_ext jupyter_torchdist`` then ``%%distribute -n 4`` on top of an ordinary training loop.
 
 The public API: the Python launcher (``run``, ``run_detailed``, ``last_run``, ``RunResult``,
-``TorchDistributor``, ``Ranks``), runs the notebook holds (``Run``, ``runs``, ``sweep``, ``Sweep``), the rank-side
+``TorchDistributor``, ``DeepspeedTorchDistributor``, ``Ranks``), runs the notebook holds (``Run``, ``runs``,
+``sweep``, ``Sweep``), the rank-side
 helpers (``report``, ``rank``, ``world_size``, ``batches`` ...), and the errors.
 Everything else is internal and may move.
 """
@@ -23,13 +24,15 @@ from .kernel.kept_magic import kept
 from .kernel.result import RunResult
 from .kernel.run import last_run
 from .kernel.torch_distributor import TorchDistributor
+from .kernel.deepspeed_distributor import DeepspeedTorchDistributor
 from .rank.api import (barrier, commit, device, is_main, local_rank, local_world_size, main_first, on_main, rank,
                        report, restore, world_size)
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "run", "run_detailed", "last_run", "RunResult", "TorchDistributor", "Ranks", "KeptInfo", "kept", "spark_session",
+    "run", "run_detailed", "last_run", "RunResult", "TorchDistributor", "DeepspeedTorchDistributor", "Ranks",
+    "KeptInfo", "kept", "spark_session",
     "Run", "runs", "sweep", "Sweep",
     "report", "rank", "local_rank", "world_size", "local_world_size", "is_main", "device", "barrier",
     "main_first", "on_main", "batches", "DataError", "commit", "restore",

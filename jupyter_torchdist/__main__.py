@@ -28,7 +28,7 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _PYTHON = re.compile(r"^python(\d+(\.\d+)*)?$")
 _CLUSTER = ("this command runs ranks on this machine only. To run on several hosts, use a Spark cluster: create a "
             "SparkSession on it and run %%distribute, jupyter_torchdist.horovod.spark.run or TorchDistributor there "
-            "(README: \"On a real cluster\")")
+            "(docs/user-guide/clusters.md: \"On a real cluster\")")
 _HOROVODRUN_ONLY: dict[str, tuple[str, ...]] = {
     f"it places ranks on other hosts or picks their network, and {_CLUSTER}": (
         "--hostfile", "-hostfile", "--host-discovery-script", "--slots-per-host",

@@ -15,17 +15,21 @@ _PACKAGES = ("torch", "cloudpickle", "jupyter-torchdist")
 _cached: dict[str, str] = {}
 
 
-def local_versions() -> dict[str, str]:
+def _version(name: str) -> str:
+    try:
+        return metadata.version(name).split("+")[0]  # local build tags (+cpu) may differ
+    except metadata.PackageNotFoundError:
+        return "missing"
+
+
+def local_versions(extra: tuple[str, ...] = ()) -> dict[str, str]:
     """This Python's version (major.minor) and the installed versions of the packages a rank needs (read from
-    their metadata: no import, so the kernel need not import torch for it)."""
-    if not _cached:
-        _cached["python"] = f"{sys.version_info[0]}.{sys.version_info[1]}"
-        for name in _PACKAGES:
-            try:
-                _cached[name] = metadata.version(name).split("+")[0]  # local build tags (+cpu) may differ
-            except metadata.PackageNotFoundError:
-                _cached[name] = "missing"
-    return dict(_cached)
+    their metadata: no import, so the kernel need not import torch for it), and of ``extra`` ones a run's
+    framework needs (``deepspeed`` for DeepspeedTorchDistributor)."""
+    for name in ("python", *_PACKAGES, *extra):
+        if name not in _cached:
+            _cached[name] = f"{sys.version_info[0]}.{sys.version_info[1]}" if name == "python" else _version(name)
+    return {name: _cached[name] for name in ("python", *_PACKAGES, *extra)}
 
 
 def differences(kernel: dict[str, str], here: dict[str, str]) -> list[str]:
@@ -38,7 +42,7 @@ def unfit(kernel: tuple[tuple[str, str], ...]) -> str | None:
     """Why this Python may not run a rank of a kernel with ``kernel`` versions, in one line; None when it may."""
     if not kernel:
         return None
-    diff = differences(dict(kernel), local_versions())
+    diff = differences(dict(kernel), local_versions(tuple(name for name, _ in kernel)))
     if not diff:
         return None
     import socket

@@ -356,6 +356,7 @@ class RunPlan:
     checkpoint: str | None = None  # where jt.commit writes and jt.restore reads (--max-restarts, --checkpoint-dir)
     attempt: int = 1               # which start of the run this is (--max-restarts)
     post_mortem: bool = False  # --pdb: a failing rank offers the kernel its post-mortem before it reports
+    argv: tuple[str, ...] = ()  # the kernel's sys.argv: a rank's code sees the notebook's, on every backend
 
 
 @dataclass(frozen=True)

@@ -46,6 +46,11 @@ class RunOptions:
     background: bool = False  # the cell returns a handle at once; the run goes on while other cells execute
     sweep: Grid = ()          # run the cell once per combination of these names' values (background runs)
     concurrent: int | None = None  # a sweep's runs at once (default: as many as the slots allow)
+    # Set by the distributor classes, not by options: packages every rank's Python must have at the kernel's
+    # versions (DeepSpeed's), and the session setting that lets a run go where Spark encrypts (pyspark's name for
+    # that class; None: TorchDistributor's pytorch.spark.distributor.ignoreSsl).
+    packages: tuple[str, ...] = ()
+    ssl_switch: str | None = None
 
     def __post_init__(self) -> None:
         if not _whole(self.n) or self.n < 1:
@@ -102,7 +107,7 @@ class RunOptions:
 
 
 def _check_debug(options: RunOptions) -> None:
-    """The debugging options (the README's Debugging section)."""
+    """The debugging options (docs/user-guide/debugging.md)."""
     if not (_finite_positive(options.stall_after) or options.stall_after == 0) or isinstance(options.stall_after, bool):
         raise OptionsError(f"--stall-after must be a number of seconds >= 0 (e.g. --stall-after 60; 0: never say a "
                            f"run is stalled), got {options.stall_after!r}")
@@ -111,7 +116,7 @@ def _check_debug(options: RunOptions) -> None:
 
 
 def _check_background(options: RunOptions) -> None:
-    """Background runs and sweeps (the README's Background runs and sweeps)."""
+    """Background runs and sweeps (docs/user-guide/background-runs.md)."""
     if options.pdb and (options.background or options.sweep):
         raise OptionsError("--pdb opens pdb at the notebook's prompt, which a background run does not hold: run the "
                            "cell without --background (or --sweep) to debug it")

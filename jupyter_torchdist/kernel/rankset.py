@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import queue
 import secrets
+import sys
 import time
 from dataclasses import dataclass
 
@@ -121,7 +122,8 @@ class RankSet:
                        secret=self.server.secret, payload=payload, filename=filename, source=source,
                        gpu=options.gpu, threads=options.backend_threads, max_value_bytes=options.max_value_bytes,
                        all_ranks=options.all_ranks, loopback=self.info.loopback, tls=self.server.tls_pin,
-                       keep=self.keep, versions=tuple(local_versions().items()), checkpoint=self.checkpoint,
+                       keep=self.keep, versions=tuple(local_versions(options.packages).items()),
+                       argv=tuple(sys.argv), checkpoint=self.checkpoint,
                        attempt=self.attempt, post_mortem=options.pdb)
 
     def after_cell(self, state: RunState, sup: Supervisor) -> None:

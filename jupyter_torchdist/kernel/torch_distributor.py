@@ -40,19 +40,6 @@ def _shell() -> Any:
 
 
 # -- which SparkSession decides ----------------------------------------------------------------------------------
-def _is_embedded(session: Any) -> bool:
-    """Whether ``session`` is on our embedded local SparkContext (configured by us, not by the notebook)."""
-    from ..launchers.spark_session import embedded_session
-
-    ours = embedded_session()
-    if ours is None:
-        return False
-    try:
-        return session.sparkContext is ours.sparkContext
-    except Exception:  # a Connect session has no SparkContext: never ours
-        return False
-
-
 def _notebook_session() -> Any | None:
     """The notebook's own SparkSession (classic or Connect), found as pyspark's ``SparkSession.active()`` finds it;
     None when there is none or it is our embedded one. Never starts a session and never imports pyspark: if pyspark
@@ -65,11 +52,13 @@ def _notebook_session() -> Any | None:
     sql = sys.modules.get("pyspark.sql")
     if sql is None:
         return None
+    from ..launchers.spark_session import is_embedded
+
     try:
         session = sql.SparkSession.active()
     except Exception:  # none active and none instantiated
         return None
-    return None if _is_embedded(session) else session
+    return None if is_embedded(session) else session
 
 
 def _is_remote(session: Any) -> bool:
@@ -177,12 +166,9 @@ def _gpu_facts(session: Any, local_mode: bool) -> GpuFacts:
     conf = session_conf(session)
     if not local_mode:
         return GpuFacts(from_session=True, task_amount=conf("spark.task.resource.gpu.amount"))
-    has_gpu: bool | None = None
-    if not _is_remote(session):
-        try:
-            has_gpu = "gpu" in session.sparkContext.resources
-        except Exception:
-            has_gpu = None
+    from ..launchers.spark_session import driver_has_gpu
+
+    has_gpu = None if _is_remote(session) else driver_has_gpu(session)
     return GpuFacts(from_session=True, driver_amount=conf("spark.driver.resource.gpu.amount"), driver_has_gpu=has_gpu)
 
 
@@ -211,7 +197,10 @@ class TorchDistributor:
         self.local_mode = bool(local_mode)
         self.use_gpu = bool(use_gpu)
         self.ssl_conf = _ssl_conf
-        self.num_tasks = self._get_num_tasks()
+        try:
+            self.num_tasks = self._get_num_tasks()
+        except LaunchError as exc:
+            raise LaunchError(self._in_our_words(str(exc))) from None
         self.input_params: dict[str, Any] = {"num_processes": self.num_processes, "local_mode": self.local_mode,
                                              "use_gpu": self.use_gpu, "num_tasks": self.num_tasks}
         self.last_result: RunResult | None = None
@@ -257,29 +246,41 @@ class TorchDistributor:
                 f"using one GPU, so {self.num_processes} ranks would hold {self.num_processes * per_task} GPUs. Set "
                 "spark.task.resource.gpu.amount=1 on the session.")
 
+    @staticmethod
+    def _in_our_words(text: str) -> str:
+        """An error about the constructor's arguments, named as this class names them."""
+        return text
+
+    _packages: tuple[str, ...] = ()  # what every rank's Python must have besides torch (DeepSpeed's class: deepspeed)
+
+    def _script(self, path: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Callable[[], Any]:
+        """The call that runs a script on a rank: ``python path args...``, as torchrun would."""
+        if kwargs:
+            raise ValueError("Running pytorch file does not support key-word type arguments.")
+        from .script import script_function
+
+        return script_function([path, *map(str, args)])
+
     def run(self, train_object: Union[Callable[..., Any], str], *args: Any, **kwargs: Any) -> Any:
         """Run ``train_object`` (a function, or a path to a script) and return rank 0's value (None for a script)."""
+        name = type(self).__name__
         if isinstance(train_object, (str, os.PathLike)):
-            if kwargs:
-                raise ValueError("Running pytorch file does not support key-word type arguments.")
-            from .script import script_function
-
-            fn: Callable[..., Any] = script_function([os.fspath(train_object), *map(str, args)])
-            args, title = (), f"TorchDistributor.run({os.fspath(train_object)!r})"
+            fn: Callable[..., Any] = self._script(os.fspath(train_object), args, kwargs)
+            args, kwargs, title = (), {}, f"{name}.run({os.fspath(train_object)!r})"
         elif callable(train_object):
-            fn, title = train_object, f"TorchDistributor.run({getattr(train_object, '__name__', 'fn')})"
+            fn, title = train_object, f"{name}.run({getattr(train_object, '__name__', 'fn')})"
         else:
             raise TypeError(f"train_object must be a function or a path to a script, not {type(train_object).__name__}")
         self._check_gpus_per_task()
         options = RunOptions(n=self.num_processes, gpu=self.use_gpu, local=self.local_mode,  # --wait's default
-                             spark_tasks=not self.local_mode)
+                             spark_tasks=not self.local_mode, packages=self._packages, ssl_switch=self.ssl_conf)
         try:
             self.last_result = launch(Work(fn, tuple(args), kwargs, title=f"{title} on {self.num_processes}"),
                                       options, make_view(_shell()))
         except DistributeError as exc:
             self.last_result = exc.result if isinstance(exc.result, RunResult) else None
             if isinstance(exc, LaunchError) and self.use_gpu and "gpu" in str(exc).lower():
-                raise LaunchError(f"{exc}\n(TorchDistributor's use_gpu defaults to True, as in pyspark: "
-                                  "pass use_gpu=False to train on the CPU.)") from None
+                raise LaunchError(self._in_our_words(f"{exc}\n({name}'s use_gpu defaults to True, as in pyspark: "
+                                                     "pass use_gpu=False to train on the CPU.)")) from None
             raise
         return None if isinstance(train_object, (str, os.PathLike)) else self.last_result.value

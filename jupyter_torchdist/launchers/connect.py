@@ -219,7 +219,8 @@ class ConnectLauncher(Launcher):
             raise LaunchError(OFFLINE.format(address=advertise or host).replace(
                 "live progress is unavailable", "kept ranks cannot run here", 1))
         tls_on = tls_requested(lambda key: connect_conf(spark, key))
-        warning = require_ssl_consent(session_conf(spark), tls_on) or plaintext_warning(session_conf(spark), tls_on)
+        conf = session_conf(spark)
+        warning = require_ssl_consent(conf, tls_on, options.ssl_switch) or plaintext_warning(conf, tls_on)
         if _reachable.get(self._key) is False:  # said before the run, since the view will stay empty until its end
             warning = OFFLINE.format(address=f"{advertise[0]}:{advertise[1] or '(the channel port)'}" if advertise
                                      else host)

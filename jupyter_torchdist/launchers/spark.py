@@ -233,7 +233,8 @@ class SparkLauncher(Launcher):
         self._local = sc.master.startswith("local")
         conf = conf_of(sc)
         _honour_python(sc, conf)
-        ssl_note = require_ssl_consent(session_conf(spark), tls_requested(conf.get))  # before any wait for slots
+        # before any wait for slots
+        ssl_note = require_ssl_consent(session_conf(spark), tls_requested(conf.get), options.ssl_switch)
         self._dynamic = not self._local and dynamic_allocation(conf)
         if self._dynamic:
             _check_dynamic(conf, options.n, options.wait)

@@ -69,9 +69,10 @@ def ssl_verdict(conf_get: ConfGet, channel_tls: bool, ignore_key: str = IGNORE_S
         "local_mode=True) are not refused."))
 
 
-def require_ssl_consent(conf_get: ConfGet, channel_tls: bool, ignore_key: str = IGNORE_SSL_KEY) -> str | None:
-    """Raise LaunchError when the rule refuses the run; else the warning to show with it (None: nothing to say)."""
-    verdict = ssl_verdict(conf_get, channel_tls, ignore_key)
+def require_ssl_consent(conf_get: ConfGet, channel_tls: bool, ignore_key: str | None = None) -> str | None:
+    """Raise LaunchError when the rule refuses the run; else the warning to show with it (None: nothing to say).
+    ``ignore_key``: the switch that lets it go (None: TorchDistributor's; DeepSpeed's class has its own)."""
+    verdict = ssl_verdict(conf_get, channel_tls, ignore_key or IGNORE_SSL_KEY)
     if verdict.refusal is not None:
         raise LaunchError(verdict.refusal)
     return verdict.warning

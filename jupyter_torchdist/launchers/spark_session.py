@@ -20,7 +20,8 @@ from typing import Any, Final
 
 __all__ = ["get_session", "dynamic_allocation", "embedded_session", "local_slots", "stop_embedded_session",
            "warm_up_async", "activate", "activate_embedded", "slots_available", "conf_of", "session_log",
-           "embedded_slots", "warming", "wait_for_warm_up", "building", "warm_workers", "SLOTS_ENV", "DAEMON_MODULE",
+           "embedded_slots", "is_embedded",
+           "driver_has_gpu", "warming", "wait_for_warm_up", "building", "warm_workers", "SLOTS_ENV", "DAEMON_MODULE",
            "JVM_OPTIONS"]
 
 DAEMON_MODULE: Final = "jupyter_torchdist._daemon"
@@ -230,6 +231,26 @@ def activate_embedded() -> None:
 def embedded_session() -> Any:
     """The embedded session if it is up, else None."""
     return _embedded
+
+
+def is_embedded(session: Any) -> bool:
+    """Whether ``session`` runs on the embedded session's SparkContext (configured by us, not by the notebook); a
+    Connect session has no SparkContext and is never ours."""
+    ours = _embedded
+    if ours is None or session is None:
+        return False
+    try:
+        return bool(session.sparkContext is ours.sparkContext)
+    except Exception:
+        return False
+
+
+def driver_has_gpu(session: Any) -> bool | None:
+    """Whether the driver of a classic ``session`` found a "gpu" resource; None when the session cannot say."""
+    try:
+        return "gpu" in session.sparkContext.resources
+    except Exception:
+        return None
 
 
 def stop_embedded_session() -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import signal
+import sys
 import threading
 import time
 from typing import Any
@@ -199,6 +200,7 @@ def _debuggable(plan: RunPlan, link: KernelLink, client: RankClient) -> None:
 
 def rank_main(plan: RunPlan, rank: int, gpu_address: str | None = None) -> int:
     """Run one rank to the end. Returns the process exit code; never raises."""
+    from .trainer_bridge import install as install_trainers
     from .tqdm_bridge import install as install_tqdm
 
     signal.signal(signal.SIGINT, signal.default_int_handler)  # a forked worker may have ignored it
@@ -216,6 +218,9 @@ def rank_main(plan: RunPlan, rank: int, gpu_address: str | None = None) -> int:
     link = KernelLink(sock)
     install(RankRuntime(plan, rank, client, link, bind_ip, UsageSampler(client.post_usage, gpu=plan.gpu)))
     install_tqdm(rank_api.report)
+    install_trainers(rank_api.report)
+    if plan.argv:  # the cell sees the notebook's sys.argv, not the Spark worker's or the local launcher's
+        sys.argv = list(plan.argv)
     _debuggable(plan, link, client)
     if plan.keep:
         return _kept(plan, rank, store, device, link, client)

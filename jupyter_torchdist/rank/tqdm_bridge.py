@@ -5,12 +5,11 @@ Installed only inside a rank's process, for the length of one run.
 from __future__ import annotations
 
 import importlib
-import importlib.abc
-import importlib.util
 import io
-import sys
 from types import ModuleType
 from typing import Any, Callable
+
+from .import_hooks import patch_on_import
 
 __all__ = ["install"]
 
@@ -75,36 +74,11 @@ def install(report: Callable[..., None]) -> bool:
             if hasattr(mod, attr):
                 setattr(mod, attr, trange)
 
-    for name in _EAGER + tuple(n for n in _LAZY if n in sys.modules):
+    for name in _EAGER:
         try:
             patch(importlib.import_module(name))
         except Exception:
             continue
-    sys.meta_path.insert(0, _PatchOnImport({n for n in _LAZY if n not in sys.modules}, patch))
+    patch_on_import({name: patch for name in _LAZY})
     return True
 
-
-class _PatchOnImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Patch a tqdm front-end module right after it is first imported (this process only)."""
-
-    def __init__(self, names: set[str], patch: Callable[[ModuleType], None]) -> None:
-        self.names, self.patch = names, patch
-        self.inner: Any = None
-
-    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
-        if name not in self.names:
-            return None
-        self.names.discard(name)
-        spec = importlib.util.find_spec(name)
-        if spec is None or spec.loader is None:
-            return None
-        self.inner = spec.loader
-        spec.loader = self
-        return spec
-
-    def create_module(self, spec: Any) -> Any:
-        return self.inner.create_module(spec)
-
-    def exec_module(self, module: ModuleType) -> None:
-        self.inner.exec_module(module)
-        self.patch(module)

@@ -67,6 +67,16 @@ def test_identity_inside_a_run():
     assert all(v["device"] == "cpu" for v in values)
 
 
+def argv() -> list[str]:
+    return list(sys.argv)
+
+
+def test_every_rank_sees_the_kernels_argv_on_every_backend(backend):
+    """Not the Spark worker's (``.../_daemon.py pyspark.worker``) nor the local launcher's (``-c``): the caller's,
+    as the cell would see it in the notebook (here pytest's)."""
+    assert jt.run(argv, n=2, local=backend == "local", all_ranks=True) == [sys.argv, sys.argv]
+
+
 def test_main_first_runs_rank_0_to_the_end_before_the_others_start(tmp_path):
     values = jt.run(main_first_order, str(tmp_path), n=3, local=True, all_ranks=True)
     main, others = values[0], values[1:]

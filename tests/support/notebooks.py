@@ -5,19 +5,24 @@ from typing import Any
 
 import pytest
 
-from . import EXAMPLES
+from . import EXAMPLES, ROOT
 
 MIME = "application/vnd.jupyter-torchdist.run+json"
+EXECUTED = ROOT / "build" / "executed"  # git-ignored; the docs render these copies (docs/conf.py)
 
 
 def execute_example(name: str, *, store_widget_state: bool = False) -> Any:
-    """Execute ``examples/<name>`` top to bottom in a fresh kernel, from the examples folder; the notebook."""
+    """Execute ``examples/<name>`` top to bottom in a fresh kernel, from the examples folder; the notebook.
+
+    The executed notebook is also written to ``build/executed/<name>``, for the docs' examples pages."""
     nbformat = pytest.importorskip("nbformat")
     from nbclient import NotebookClient
 
     nb = nbformat.read(EXAMPLES / name, as_version=4)
     NotebookClient(nb, timeout=300, kernel_name="python3", store_widget_state=store_widget_state,
                    resources={"metadata": {"path": str(EXAMPLES)}}).execute()
+    EXECUTED.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, str(EXECUTED / name))
     return nb
 
 

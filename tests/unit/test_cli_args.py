@@ -114,4 +114,4 @@ def test_horovodrun_spelling_without_meaning_here_is_a_usage_error(argv, message
 def test_several_hosts_exit_2_pointing_at_a_spark_cluster():
     out = cli("-np", "4", "-H", "server1:2,server2:2", "python", "train.py")
     assert out.returncode == 2 and "Traceback" not in out.stderr
-    assert "Spark cluster" in out.stderr and 'README: "On a real cluster"' in out.stderr
+    assert "Spark cluster" in out.stderr and "docs/user-guide/clusters.md" in out.stderr

@@ -156,7 +156,7 @@ def test_num_processes_is_checked_first(session):
 # -- which session counts ----------------------------------------------------------------------------------------
 def test_the_notebook_session_is_found_without_importing_pyspark(monkeypatch):
     """Through sys.modules, as pyspark's SparkSession.active() finds it; our embedded session does not count."""
-    monkeypatch.setattr(td, "_is_embedded", lambda s: s == "ours")
+    monkeypatch.setattr(spark_session, "is_embedded", lambda s: s == "ours")
     from jupyter_torchdist.launchers import connect
 
     monkeypatch.setattr(connect, "connect_session", lambda: None)
@@ -182,9 +182,9 @@ def test_the_notebook_session_is_found_without_importing_pyspark(monkeypatch):
 def test_the_embedded_session_is_recognised_by_its_spark_context(monkeypatch):
     context = object()
     monkeypatch.setattr(spark_session, "_embedded", types.SimpleNamespace(sparkContext=context))
-    assert td._is_embedded(types.SimpleNamespace(sparkContext=context))
-    assert not td._is_embedded(types.SimpleNamespace(sparkContext=object()))
-    assert not td._is_embedded(object())  # a Connect session has no SparkContext
+    assert spark_session.is_embedded(types.SimpleNamespace(sparkContext=context))
+    assert not spark_session.is_embedded(types.SimpleNamespace(sparkContext=object()))
+    assert not spark_session.is_embedded(object())  # a Connect session has no SparkContext
 
 
 # -- pyspark's _check_encryption ---------------------------------------------------------------------------------
@@ -221,7 +221,8 @@ def test_run_uses_the_default_wait_for_task_slots(no_session, monkeypatch):
     monkeypatch.setattr(td, "launch", lambda work, options, view: seen.append(options) or
                         types.SimpleNamespace(value=7))
     assert TorchDistributor(3, False, False).run(len, [1]) == 7
-    assert seen == [RunOptions(n=3, gpu=False, local=False, spark_tasks=True)] and seen[0].wait == DEFAULT_WAIT_S > 0
+    assert seen == [RunOptions(n=3, gpu=False, local=False, spark_tasks=True,
+                               ssl_switch="pytorch.spark.distributor.ignoreSsl")] and seen[0].wait == DEFAULT_WAIT_S > 0
 
 
 def test_run_refuses_several_gpus_per_task_before_launching(session, monkeypatch):
