@@ -16,6 +16,12 @@ __all__ = ["Launcher", "Capacity", "DataPlane", "Backend", "register", "unregist
            "launcher_for", "data_plane", "on_load", "on_unload", "guard_interrupts", "before_run"]
 
 
+def _simulated(options: RunOptions) -> bool:
+    import os
+
+    return bool(os.environ.get("JUPYTER_TORCHDIST_SIMULATE"))  # launchers/simulated.py: tests and benchmarks
+
+
 def _local(options: RunOptions) -> bool:
     return options.local
 
@@ -38,6 +44,7 @@ def _no_java(options: RunOptions) -> bool:
     return not (options.local or options.spark_tasks) and not java_available() and not _connect(options)
 
 
+register("simulated", "jupyter_torchdist.launchers.simulated:SimulatedLauncher", _simulated, priority=1000)
 register("local", "jupyter_torchdist.launchers.local:LocalLauncher", _local, priority=100)
 register("no-java", "jupyter_torchdist.launchers.nojava:NoJavaLauncher", _no_java, priority=60)
 register("warming", "jupyter_torchdist.launchers.warming:WarmingLauncher", _warming, priority=50)

@@ -1,0 +1,48 @@
+"""Simulated ranks (launchers/simulated.py) go through the kernel's whole real path: hundreds of them connect with
+the run's secret, report, log, return rank 0's value over the channel and are released; a failing one is named as
+the root cause and every other one stopped; a wrong specification is said plainly."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+import jupyter_torchdist as jt
+from jupyter_torchdist.errors import LaunchError, RunFailed
+from jupyter_torchdist.launchers import backend_for
+from jupyter_torchdist.launchers.simulated import PER_PROCESS, SIMULATE_ENV
+from jupyter_torchdist.options import RunOptions
+
+
+def noop() -> None:
+    return None
+
+
+def test_hundreds_of_ranks_in_several_processes_report_and_return_rank_0s_value(monkeypatch):
+    monkeypatch.setenv(SIMULATE_ENV, "steps=20,every=0.05,log_every=10,hosts=4")
+    assert backend_for(RunOptions(n=2, local=True)).name == "simulated"  # above every backend, --local included
+    n = PER_PROCESS + 44  # two processes of simulated ranks
+    result = jt.run_detailed(noop, n=n)
+    assert result.value == {"rank": 0, "steps": 20}
+    snap = result.state.snapshot()
+    assert snap["status"] == "succeeded" and snap["world_size"] == n and snap["backend"].startswith("simulated")
+    assert all(r["step"] == r["total"] == 20 and r["state"] == "done" for r in snap["ranks"]), snap["ranks"][:3]
+    assert len({r["host"] for r in snap["ranks"]}) == 4
+    assert all(len(result.logs[r]) == 2 for r in range(n))  # a line at steps 10 and 20, from every rank
+
+
+def test_the_failing_rank_is_the_root_cause_and_the_others_are_stopped(monkeypatch):
+    monkeypatch.setenv(SIMULATE_ENV, "steps=400,every=0.05,fail_rank=37,fail_at=1")
+    t0 = time.monotonic()
+    with pytest.raises(RunFailed) as caught:
+        jt.run(noop, n=128)
+    assert time.monotonic() - t0 < 15  # not the 20 s the ranks would otherwise train
+    assert "rank 37" in str(caught.value) and "simulated failure on rank 37" in str(caught.value)
+    states = {r["state"] for r in caught.value.result.state.snapshot()["ranks"] if r["rank"] != 37}
+    assert states <= {"stopped", "failed"} and "stopped" in states, states
+
+
+def test_a_wrong_specification_is_said_plainly(monkeypatch):
+    monkeypatch.setenv(SIMULATE_ENV, "steps=10,speed=3")
+    with pytest.raises(LaunchError, match="'speed=3' is not one of steps=..., every=..."):
+        jt.run(noop, n=2)
