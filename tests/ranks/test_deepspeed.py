@@ -16,6 +16,8 @@ import pytest
 
 from jupyter_torchdist import DeepspeedTorchDistributor
 
+from ..support.deepspeed import build_deepspeed_cpu_ops
+
 pytest.importorskip("deepspeed")
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -68,15 +70,18 @@ def script(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def torchrun(script: Path) -> dict[str, list[float]]:
-    """What torchrun gives: the script on 2 processes, with the config as a file."""
+    """What torchrun gives: the script on 2 processes, with the config as a file. DeepSpeed's CPU backend compiles a
+    shared-memory op on first use; built here once first, so that two processes never race to build it."""
+    build_deepspeed_cpu_ops()
     config, out = script.with_name("config.json"), script.with_name("torchrun.json")
     config.write_text(json.dumps(CONFIG))
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(port),
-                    str(script), "--out", str(out), "--deepspeed", "--deepspeed_config", str(config)],
-                   check=True, timeout=300, cwd=script.parent, capture_output=True)
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
+                           str(port), str(script), "--out", str(out), "--deepspeed", "--deepspeed_config", str(config)],
+                          timeout=300, cwd=script.parent, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-4000:]
     return json.loads(out.read_text())
 
 
