@@ -1,9 +1,10 @@
 """What a notebook holds in memory: the PSS (shared pages split between their users) of a kernel and every process it
-started, by kind. Read from /proc (``smaps_rollup``); used by bench_footprint.py and the footprint tests."""
+started, by kind. Read from /proc (``smaps_rollup``); used by bench_footprint.py."""
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable
+
+from common import descendants  # benchmarks/ is on sys.path for every benchmark
 
 
 def pss_kb(pid: int) -> int:
@@ -36,25 +37,6 @@ def kind(pid: int) -> str:
     if "local_server" in cmd or "zygote_main" in cmd:
         return "process server"
     return "other"
-
-
-def descendants(root: int) -> set[int]:
-    parents: dict[int, int] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if fields[0] != "Z":
-                parents[int(entry)] = int(fields[1])
-    out: set[int] = set()
-    frontier = {root}
-    while frontier:
-        frontier = {p for p, pp in parents.items() if pp in frontier} - out
-        out |= frontier
-    return out
 
 
 def footprint_mb(kernel_pid: int, extra: Iterable[int] = ()) -> dict[str, float]:
