@@ -96,15 +96,21 @@ class Kernel:
             self.kc.input(line)
 
     def text(self, result: dict[str, Any]) -> str:
-        """Everything a user would read: streams, plain-text data, error tracebacks."""
-        parts = []
+        """Everything a user would read: streams, plain-text data, error tracebacks. Consecutive messages of one
+        stream are joined end to end, as a front end shows them (one print may arrive in several messages)."""
+        parts: list[str] = []
+        last_stream = None
         for o in result["outputs"]:
-            if o["output_type"] == "stream":
+            stream = o.get("name") if o["output_type"] == "stream" else None
+            if stream is not None and stream == last_stream:
+                parts[-1] += o["text"]
+            elif stream is not None:
                 parts.append(o["text"])
             elif o["output_type"] == "error":
                 parts.append("\n".join(o["traceback"]))
             else:
                 parts.append(str(o.get("data", {}).get("text/plain", "")))
+            last_stream = stream
         return "\n".join(parts)
 
     def shutdown(self) -> None:
