@@ -26,7 +26,7 @@ from typing import Any, Final, Literal, NoReturn, TypedDict, Union, get_args, ge
 from .contract_faults import BEAT, COMMIT, HEARTBEAT_S, BeatMsg, CommitMsg  # lost hosts, restarts
 from .contract_debug import (PDB, PDB_REPLY, PLACE, WHERE, WHERE_WANTED, FrameInfo, PdbKind, PdbMsg,  # stacks, pdb
                              PdbReplyMsg, PlaceMsg, WhereMsg, WhereWantedMsg)
-from .contract_runs import STOP_WANTED, StopWantedMsg  # background runs, sweeps
+from .contract_runs import FOCUS_WANTED, STOP_WANTED, FocusWantedMsg, StopWantedMsg  # runs held, their views
 
 __all__ = [
     "RANK", "AGENT", "BACKEND", "Role", "HELLO", "STATE", "PROGRESS", "LOG", "RESULT", "FAILED", "DROPPED", "USAGE",
@@ -40,7 +40,7 @@ __all__ = [
     "AGENT_SENDS", "CHANNEL_SAYS", "BACKEND_SAYS", "INBOUND", "SENDS", "TLSPin", "RunPlan", "LaunchInfo", "Inbound",
     "HEARTBEAT_S",
     "PLACE", "PDB", "WHERE", "PDB_REPLY", "WHERE_WANTED", "FrameInfo", "PlaceMsg", "PdbMsg", "WhereMsg", "PdbReplyMsg",
-    "WhereWantedMsg", "PdbKind", "STOP_WANTED", "StopWantedMsg",
+    "WhereWantedMsg", "PdbKind", "STOP_WANTED", "StopWantedMsg", "FOCUS_WANTED", "FocusWantedMsg",
 ]
 
 # -- roles: who a message comes from ------------------------------------------------------------------
@@ -306,7 +306,7 @@ RankMessage = Union[HelloMsg, StateMsg, ProgressMsg, LogMsg, ResultMsg, FailedMs
 FinalMessage = Union[ResultMsg, FailedMsg]  # how a rank's cell ended
 AgentMessage = Union[AgentHelloMsg, ExitMsg, BeatMsg]
 ChannelNotice = Union[ConnectedMsg, DisconnectedMsg]        # said for a rank's and an agent's connection alike
-BackendMessage = Union[LostMsg, StoppedMsg, JobEndMsg, DataStatusMsg, WhereWantedMsg, StopWantedMsg]
+BackendMessage = Union[LostMsg, StoppedMsg, JobEndMsg, DataStatusMsg, WhereWantedMsg, StopWantedMsg, FocusWantedMsg]
 InboundMessage = Union[RankMessage, AgentMessage, ChannelNotice, BackendMessage]
 DataReply = Union[DataPlanMsg, DataErrorMsg]                # what answers a rank's DATA_OPEN
 ToRank = Union[RendezvousMsg, ReleaseMsg, CellMsg, DataReply, WhereMsg, PdbReplyMsg]

@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
+
+from ._groups import group_texts
 
 __all__ = [
     "RankFailure", "DistributeError", "OptionsError", "LaunchError", "CaptureError", "RunError",
@@ -33,6 +35,9 @@ _SECONDARY = re.compile(
     r"|stopped by the kernel|timed out connecting|connectFullMesh|SO_ERROR",
     re.IGNORECASE,
 )
+
+
+ONE_BY_ONE: Final = 16  # other ranks' failures listed one by one; past this many they are grouped by what they say
 
 
 def is_secondary(summary: str, traceback_text: str = "") -> bool:
@@ -133,8 +138,18 @@ class RunError(DistributeError, RuntimeError):
             others = [f for f in sorted(self.failures.values(), key=lambda f: f.rank) if f.rank != root.rank]
             if others:
                 lines += ["", "Other ranks (secondary):"]
-                lines += [f"  {f.label()}: {f.summary}" for f in others]
+                lines += [f"  {f.label()}: {f.summary}" for f in others] if len(others) <= ONE_BY_ONE else \
+                    _grouped(others)
         return lines + self.extra
+
+
+def _grouped(others: list[RankFailure]) -> list[str]:
+    """Many ranks' failures as lines of ranks that say the same thing, counted (a thousand echoes are one line)."""
+    groups = group_texts((f.rank, f.summary) for f in others)
+    lines = [f"  {g['ranks']:,} ranks ({', '.join(map(str, g['sample']))}, ...): {g['summary']}" if g["ranks"] > 1
+             else f"  rank {g['sample'][0]}: {g['summary']}" for g in groups]
+    left = len(others) - sum(g["ranks"] for g in groups)
+    return lines + ([f"  ... and {left:,} more ranks saying other things"] if left else [])
 
 
 class RunFailed(RunError):

@@ -4,6 +4,11 @@ Every accepted connection proves it knows the run's secret before a single byte 
 unpickled; after that, whatever it sends is stamped with the rank it authenticated as, so no
 rank can speak for another. Messages land in a queue the supervisor drains.
 
+A thread per connection does the handshake (a slow or hostile peer holds only its own thread, for at most
+``HANDSHAKE_TIMEOUT_S``); past it, one thread reads every connection through a selector. A thousand ranks
+then cost one reading thread, not a thousand threads taking turns at the GIL (issue 35: with a thread per
+connection, 1,024 simulated ranks kept the kernel at 1.5 cores).
+
 It binds one address, never a wildcard: 127.0.0.1 for a local master, the driver's address on a
 cluster. With ``tls=True`` every connection is TLS with a per-run certificate the ranks pin.
 When a rank's agent (its Spark task) vanishes without reporting the rank's exit, the channel says
@@ -27,6 +32,7 @@ from .. import contract as C
 from ..contract import Inbound, Role, TLSPin
 from . import protocol as P
 from .client import Stream
+from .reader import Reader
 from .tls import ServerIdentity, TLSStream, make_identity, server_context
 
 __all__ = ["ChannelServer", "HANDSHAKE_TIMEOUT_S", "MAX_PENDING", "SEND_TIMEOUT_S"]
@@ -37,8 +43,9 @@ MAX_PENDING = 256           # unauthenticated connections at once; more are clos
 DEFAULT_MAX_FRAME = (1 << 31) - 1
 
 class _Conn:
-    def __init__(self, sock: Stream, rank: int, role: Role) -> None:
-        self.sock, self.rank, self.role = sock, rank, role
+    def __init__(self, sock: Stream, raw: socket.socket, rank: int, role: Role) -> None:
+        self.sock, self.raw, self.rank, self.role = sock, raw, rank, role
+        self.buf = bytearray()          # bytes read, not yet a whole frame
         self.lock = threading.Lock()
         self.info: C.AgentHelloMsg | None = None  # the agent's own report: host, pid
         self.exited = False             # the agent reported the rank's exit
@@ -115,6 +122,7 @@ class ChannelServer:
         self._listener.bind(sockaddr)
         self._listener.listen(max(64, world_size * 2))
         self.address: tuple[str, int] = (host, self._listener.getsockname()[1])
+        self._reader = Reader(self._messages, self._gone, max_frame)
         self._accept_thread = self._spawn(self._accept_loop, "jtd-accept")
 
     @property
@@ -176,7 +184,7 @@ class ChannelServer:
         if not hmac.compare_digest(mac, P.client_mac(self.secret, nonce, role, rank)):
             return None
         stream: Stream = sock if isinstance(sock, TLSStream) else raw
-        conn = _Conn(stream, rank, C.RANK if role == P.ROLE_RANK else C.AGENT)
+        conn = _Conn(stream, raw, rank, C.RANK if role == P.ROLE_RANK else C.AGENT)
         with conn.lock:  # a send() to this connection waits until our "OK" is out
             with self._lock:
                 if self._closed or (rank, conn.role) in self._seen:
@@ -215,34 +223,34 @@ class ChannelServer:
             late_stop = self._stop if conn.role == C.AGENT else None
         if late_stop is not None and not conn.stopping:  # connected after the run began stopping: stop it too
             self.send(conn.rank, C.AGENT, late_stop)
-        try:
-            self._read_loop(conn)
-        finally:
-            with self._lock:
-                if self._conns.get((conn.rank, conn.role)) is conn:
-                    del self._conns[(conn.rank, conn.role)]
-                closing = self._closed
-            # reported before the socket closes, so the peer seeing EOF implies the kernel already knows
-            self.inbox.put(Inbound(conn.rank, conn.role, {"t": C.DISCONNECTED}))
-            if conn.role == C.AGENT and not conn.exited and not closing:
-                # told to stop, then gone (Spark's cancel killed it first): stopped, not a failure
-                gone: C.StoppedMsg | C.LostMsg = {"t": C.STOPPED} if conn.stopping else self._lost_message(conn)
-                self.inbox.put(Inbound(conn.rank, C.BACKEND, gone))
-            _close(conn.sock)
+        with self._lock:
+            closing = self._closed
+        if closing or not self._reader.add(conn):
+            self._gone(conn)
 
-    def _read_loop(self, conn: _Conn) -> None:
-        while True:
-            try:
-                frame = P.recv_frame(conn.sock, self.max_frame)
-            except P.ProtocolError:
-                self._count("malformed")
-                return
-            except Exception:
-                return
-            for raw in frame if isinstance(frame, list) else [frame]:
-                msg = self._admit(conn, raw)
-                if msg is not None:
-                    self.inbox.put(Inbound(conn.rank, conn.role, msg))
+    def _gone(self, conn: _Conn) -> None:
+        """A connection ended (EOF, a broken frame, close()): say so, and what it means for its rank."""
+        with self._lock:
+            if self._conns.get((conn.rank, conn.role)) is conn:
+                del self._conns[(conn.rank, conn.role)]
+            closing = self._closed
+        # reported before the socket closes, so the peer seeing EOF implies the kernel already knows
+        self.inbox.put(Inbound(conn.rank, conn.role, {"t": C.DISCONNECTED}))
+        if conn.role == C.AGENT and not conn.exited and not closing:
+            # told to stop, then gone (Spark's cancel killed it first): stopped, not a failure
+            gone: C.StoppedMsg | C.LostMsg = {"t": C.STOPPED} if conn.stopping else self._lost_message(conn)
+            self.inbox.put(Inbound(conn.rank, C.BACKEND, gone))
+        _close(conn.sock)
+
+    def _messages(self, conn: _Conn, frame: Any) -> None:
+        """A whole frame from ``conn`` (the reading loop's thread): each well-formed message on to the inbox."""
+        if frame is None:
+            self._count("malformed")
+            return
+        for raw in frame if isinstance(frame, list) else [frame]:
+            msg = self._admit(conn, raw)
+            if msg is not None:
+                self.inbox.put(Inbound(conn.rank, conn.role, msg))
 
     def _admit(self, conn: _Conn, raw: Any) -> C.RankMessage | C.AgentMessage | None:
         """``raw`` as the message it is, if its connection's role may send it and its fields have the right
@@ -301,15 +309,16 @@ class ChannelServer:
             return {r for (r, ro) in self._conns if ro == role}
 
     def close(self) -> None:
-        """Stop listening, wake every connection's thread and wait for all of them to end."""
+        """Stop listening, end every connection (each said DISCONNECTED) and wait for every thread it started."""
         with self._lock:
             self._closed = True
-            socks = [c.sock for c in self._conns.values()] + [s.sock for s in self._pending]
+            socks = [s.sock for s in self._pending]
             threads = list(self._threads)
         try:
             self._listener.shutdown(socket.SHUT_RDWR)  # wakes accept(); the accept thread closes it
         except OSError:
             pass
+        self._reader.stop()  # the reading loop ends every connection it holds
         for sock in socks:
             _shutdown(sock)
         for t in threads:
@@ -317,13 +326,14 @@ class ChannelServer:
                 t.join(timeout=HANDSHAKE_TIMEOUT_S + 1)
         # a connection that raced close() (accepted, not yet registered) is woken here
         with self._lock:
-            late = [c.sock for c in self._conns.values()] + [s.sock for s in self._pending]
+            late = [s.sock for s in self._pending]
             threads = [t for t in self._threads if t.is_alive()]
         for sock in late:
             _shutdown(sock)
         for t in threads:
             if t is not threading.current_thread():
                 t.join(timeout=HANDSHAKE_TIMEOUT_S + 1)
+        self._reader.join(HANDSHAKE_TIMEOUT_S + 1)
 
     def __enter__(self) -> ChannelServer:
         return self

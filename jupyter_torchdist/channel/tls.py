@@ -235,6 +235,28 @@ class TLSStream:
         del self._plain[:n]
         return out
 
+    def decrypt(self, data: bytes) -> bytes | None:
+        """The plaintext that ``data``, read off the socket by the caller (the channel's one reading loop), completes;
+        None once the TLS session ended."""
+        out = bytearray(self._plain)
+        self._plain.clear()
+        with self._lock:
+            self._in.write(data)
+            while True:
+                try:
+                    chunk = self._obj.read(65536)
+                except ssl.SSLWantReadError:
+                    break
+                except ssl.SSLZeroReturnError:
+                    self._eof = True
+                    break
+                if not chunk:
+                    self._eof = True
+                    break
+                out += chunk
+            self._flush()  # TLS 1.3 may answer while reading (session tickets, key updates)
+        return None if self._eof and not out else bytes(out)
+
     def sendall(self, data: bytes | bytearray | memoryview) -> None:
         view = memoryview(data)
         with self._lock:

@@ -15,8 +15,9 @@ import functools
 from typing import Any, Final
 
 from .. import contract as C
-from .debugging import want_stacks
+from .debugging import tell_foreground
 from .runs import find
+from .supervisor import FOCUS_MAX
 
 __all__ = ["register", "unregister", "REQUEST_TYPE", "REPLY_TYPE"]
 
@@ -29,17 +30,26 @@ def _handlers(shell: Any) -> dict[str, Any] | None:
     return handlers if isinstance(handlers, dict) else None
 
 
+def _int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def _accept(content: Any) -> bool:
-    """Hand the request to its run: ``stacks`` (of the run numbered ``run``, else the run going on in the
-    foreground) or ``stop`` (a background run's Stop: that run only)."""
+    """Hand the request to its run (the run numbered ``run``, else the run going on in the foreground): ``stacks``,
+    ``focus`` (the ranks a many-rank run's view opened: ``ranks``) or ``stop`` (a background run's Stop)."""
     want = content.get("want") if isinstance(content, dict) else None
     number = content.get("run") if isinstance(content, dict) else None
     run = find(number) if isinstance(number, int) and not isinstance(number, bool) else None
+    ask: C.WhereWantedMsg | C.FocusWantedMsg
     if want == "stacks":
-        return run.ask({"t": C.WHERE_WANTED}) if run is not None else want_stacks()
-    if want == "stop" and run is not None:
+        ask = {"t": C.WHERE_WANTED}
+    elif want == "focus" and isinstance(ranks := content.get("ranks"), list) and all(_int(r) for r in ranks):
+        ask = {"t": C.FOCUS_WANTED, "ranks": ranks[:FOCUS_MAX]}
+    elif want == "stop" and run is not None:
         return run.stop("the view's Stop")
-    return False
+    else:
+        return False
+    return run.ask(ask) if run is not None else tell_foreground(ask)
 
 
 def _on_request(kernel: Any, stream: Any, ident: Any, parent: dict[str, Any]) -> None:

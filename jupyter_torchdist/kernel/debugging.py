@@ -3,7 +3,7 @@ pdb answered from the notebook.
 
 * **Where**: ``ask_where`` sends ``WHERE`` to the running ranks; their ``PLACE`` answers fold into the state
   (``places.py``) and the views draw them. The live view's Stacks control reaches a busy kernel through its
-  control channel (``control.py``), which puts a ``WHERE_WANTED`` in this run's inbox (``want_stacks``).
+  control channel (``control.py``), which puts a ``WHERE_WANTED`` in this run's inbox (``tell_foreground``).
 * **Before an interrupt or --timeout stops the ranks** (``before_stop``), they are asked where they are and given
   ``PLACE_WAIT_S`` to answer, so the error can say where each rank was (``annotate``).
 * **A stall** (``stall.py``) asks once, then every ``STALL_REFRESH_S`` while it lasts.
@@ -25,10 +25,11 @@ from typing import Any, Final, Protocol
 from .. import contract as C
 from ..contract import Inbound
 from ..errors import RunError, RunInterrupted, RunTimeout, is_secondary
-from .places import ANSWER_S, where_lines
+from .places import ANSWER_S, grouped_where_lines, where_lines
+from .summary import is_many
 from .stall import stalled
 
-__all__ = ["Debugging", "want_stacks", "PLACE_WAIT_S", "STALL_REFRESH_S"]
+__all__ = ["Debugging", "tell_foreground", "PLACE_WAIT_S", "STALL_REFRESH_S"]
 
 PLACE_WAIT_S: Final = ANSWER_S  # before a stop: how long the ranks get to say where they are
 STALL_REFRESH_S: Final = 10.0   # while a run is stalled: how often the stacks are asked for again
@@ -56,12 +57,13 @@ class _Latest:
 _latest = _Latest()
 
 
-def want_stacks() -> bool:
-    """The user asked for every rank's stack (any thread): True if a run is going on to ask."""
+def tell_foreground(msg: C.WhereWantedMsg | C.FocusWantedMsg) -> bool:
+    """The view asked the foreground run for something (any thread: every rank's stack, ranks in full): True if a
+    run is going on to ask."""
     debugging = _latest.run() if _latest.run is not None else None
     if debugging is None or debugging.sup.state.ended_at is not None:
         return False
-    debugging.sup.inbox.put(Inbound(-1, C.BACKEND, {"t": C.WHERE_WANTED}))
+    debugging.sup.inbox.put(Inbound(-1, C.BACKEND, msg))
     return True
 
 
@@ -217,4 +219,5 @@ class Debugging:
             how = f"stopped in pdb, but {self.no_stdin}" if self.no_stdin else "you quit its debugger (q)"
             error.headline = state.headline = f"rank {quit_rank}: {how}: every rank was {verb}"
         elif isinstance(error, (RunTimeout, RunInterrupted)):
-            error.extra += ["", "Where each rank was when the run stopped:", *where_lines(state.ranks)]
+            where = grouped_where_lines(state.ranks) if is_many(len(state.ranks)) else where_lines(state.ranks)
+            error.extra += ["", "Where each rank was when the run stopped:", *where]

@@ -16,7 +16,7 @@ from .. import contract as C
 from ..contract import Inbound
 from ..errors import RunError
 from ..options import RunOptions
-from .supervisor import FRAME_S, ECHO_GRACE_S, SILENCE_S, Supervisor
+from .supervisor import ECHO_GRACE_S, SILENCE_S, Supervisor
 
 __all__ = ["KeptSupervisor", "KEEP_GRACE_S", "SURVIVED", "STOPPED"]
 
@@ -96,7 +96,7 @@ class KeptSupervisor(Supervisor):
             stuck = self.state.running_ranks()
             self.break_set(f"ranks {stuck} did not get back to waiting within {KEEP_GRACE_S:g} s of the "
                            "interrupt (a rank stuck in a collective whose peers left it cannot be interrupted)")
-        if self.dirty and now - self.last_frame >= FRAME_S:
+        if self.dirty and now - self.last_frame >= self.frame_s:
             self.draw(now)
 
     def wait_timeout(self, now: float) -> float:

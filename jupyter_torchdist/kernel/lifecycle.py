@@ -13,6 +13,7 @@ from typing import Any, Final
 from ..errors import RankFailure, RunError, RunFailed, RunInterrupted, RunTimeout, root_cause
 from .rank_state import FINAL, RankState
 from .stall import RunDebug
+from .summary import LossBand
 from .usage import DataStats, data_over, input_notice
 
 __all__ = ["RunLifecycle", "STOP_REASONS"]
@@ -47,6 +48,7 @@ class RunLifecycle:
     run_id: int | None = None        # the kernel's number for the run (jupyter_torchdist.runs())
     background: bool = False         # the notebook went on while it ran (--background, a sweep's run)
     stopped_by: str | None = None    # who stopped it, when that was not the kernel's interrupt ("run.stop()")
+    band: LossBand = field(default_factory=LossBand)  # many-rank runs: the ranks' loss over the run (summary.py)
 
     def __post_init__(self) -> None:
         if not self.ranks:

@@ -14,9 +14,11 @@ from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
 from .. import contract as C
+from .._groups import group_texts
 from ..views.schema import FrameSnapshot, PlaceSnapshot
 
 __all__ = ["RankDebug", "fold_collective", "fold_place", "fold_pdb", "describe", "place_snapshot", "user_frames",
+           "grouped_where_lines",
            "where_lines", "FRAMES_KEPT", "RankLike"]
 
 FRAMES_KEPT: Final = 40     # entries of a stack the kernel keeps (the rank sends at most 30)
@@ -150,4 +152,19 @@ def where_lines(ranks: Sequence[RankLike], frames: int = 3) -> list[str]:
         lines.append(f"  rank {r.rank}: {said}")
         if r.state not in ("done", "failed"):
             lines += [f"      {f['where']}: {f['code']}" for f in user_frames(r.debug.frames or [])[-frames:]]
+    return lines
+
+
+def grouped_where_lines(ranks: Sequence[RankLike], frames: int = 3) -> list[str]:
+    """``where_lines`` for many ranks: the ranks grouped by what they say, counted, with one rank's frames each."""
+    said = [(r.rank, describe(r.debug, r.state) or ("never started" if r.state == "pending" else _SILENT))
+            for r in ranks]
+    by_rank = {r.rank: r for r in ranks}
+    lines = []
+    for g in group_texts(said):
+        first = by_rank[g["sample"][0]]
+        named = ", ".join(map(str, g["sample"])) + (", ..." if g["ranks"] > len(g["sample"]) else "")
+        lines.append(f"  {g['ranks']:,} rank{'s' if g['ranks'] != 1 else ''} ({named}): {g['summary']}")
+        if first.state not in ("done", "failed"):
+            lines += [f"      {f['where']}: {f['code']}" for f in user_frames(first.debug.frames or [])[-frames:]]
     return lines

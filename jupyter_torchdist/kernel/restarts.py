@@ -75,8 +75,12 @@ class ContinuedView:
             self._started = True
             self.inner.start(snapshot)
 
-    def update(self, snapshot: dict[str, Any]) -> None:
-        self.inner.update(snapshot)
+    @property
+    def focus(self) -> frozenset[int]:
+        return self.inner.focus
+
+    def update(self, snapshot: dict[str, Any]) -> float | None:
+        return self.inner.update(snapshot)
 
     def finish(self, snapshot: dict[str, Any]) -> None:
         self._last = snapshot

@@ -1,6 +1,7 @@
 """The run state as the one snapshot every view draws (``views.schema``): pure, no I/O."""
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Final
 
 from ..errors import root_cause
@@ -9,34 +10,49 @@ from .lifecycle import RunLifecycle
 from .places import place_snapshot
 from .rank_state import RankState
 from .stall import stall_text
+from .._groups import group_texts
+from .summary import LossBand, featured, is_many, rank_table, summary_snapshot
 from .usage import data_snapshot, usage_snapshot
 
 __all__ = ["run_snapshot", "LOG_TAIL"]
 
 LOG_TAIL: Final = 200          # lines per rank in a snapshot
+SECONDARY_MANY: Final = 16     # other ranks' failures listed one by one in a many-rank run (the rest are grouped)
 
 
-def run_snapshot(state: RunLifecycle, log_tail: int = LOG_TAIL) -> RunSnapshot:
+def run_snapshot(state: RunLifecycle, log_tail: int = LOG_TAIL, focus: Iterable[int] = (),
+                 band: LossBand | None = None) -> RunSnapshot:
+    """The run as the views draw it. Above ``MANY_RANKS`` ranks: a summary, a compact table of every rank and full
+    rows only for the featured ranks (failed, outliers, ``focus``: those the view asked for); ``band`` is the
+    run's loss band, sampled by the caller."""
     end = state.ended_at if state.ended_at is not None else state.now
+    many = is_many(state.world_size)
+    summary = summary_snapshot(state.ranks, band or LossBand(), end) if many else None
+    shown = featured(state.ranks, summary, focus) if summary is not None else state.ranks
     return {
         "version": SCHEMA_VERSION, "title": state.title, "status": state.status, "headline": state.headline,
         "backend": state.backend, "options": dict(state.options), "world_size": state.world_size,
         "elapsed_s": round(max(0.0, end - state.started_at), 3), "value_repr": state.value_repr,
-        "error": _error_snapshot(state), "notices": state.notices(),
+        "error": _error_snapshot(state, many), "notices": state.notices(),
         "data": data_snapshot(state.data, [r.usage for r in state.ranks]),
-        "ranks": [_rank_snapshot(r, end, log_tail) for r in state.ranks],
+        "ranks": [_rank_snapshot(r, end, log_tail) for r in shown],
         "stall": stall_text(state.debug, state.ranks, state.started_at, state.now) if state.ended_at is None else None,
         "run_id": state.run_id, "background": state.background,
+        "summary": summary, "table": rank_table(state.ranks) if many else None,
     }
 
 
-def _error_snapshot(state: RunLifecycle) -> RunErrorSnapshot | None:
+def _error_snapshot(state: RunLifecycle, many: bool) -> RunErrorSnapshot | None:
+    """The root cause, the other ranks' failures (the first few one by one in a many-rank run) and all of them
+    grouped by what they say: a thousand echoes of one failure are one line, counted."""
     if not state.failures:
         return None
     r = root_cause(state.failures)
+    others = [f for f in sorted(state.failures.values(), key=lambda f: f.rank) if f.rank != r.rank]
     return {"rank": r.rank, "host": r.host, "kind": r.kind, "summary": r.summary, "traceback": r.traceback,
             "secondary": [{"rank": f.rank, "host": f.host, "summary": f.summary}
-                          for f in sorted(state.failures.values(), key=lambda f: f.rank) if f.rank != r.rank]}
+                          for f in (others[:SECONDARY_MANY] if many else others)],
+            "echoes": group_texts((f.rank, f.summary) for f in others)}
 
 
 def _rank_snapshot(r: RankState, end: float, log_tail: int) -> RankSnapshot:

@@ -9,6 +9,7 @@ status transitions (``begin_stop``, ``close_out``, ``conclude``...) are ``RunLif
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Union
 
 from .. import contract as C
@@ -17,6 +18,7 @@ from .lifecycle import STOP_REASONS, RunLifecycle
 from .rank_state import FINAL, HISTORY_POINTS, LOG_KEEP, RankState
 from .snapshot import LOG_TAIL, run_snapshot
 from .stall import fold_debug
+from .summary import is_many
 from .usage import fold_data_status
 
 __all__ = ["RankState", "RunState", "LOG_TAIL", "LOG_KEEP", "HISTORY_POINTS", "FINAL", "STOP_REASONS"]
@@ -47,6 +49,8 @@ class RunState(RunLifecycle):
             pass  # the user asked for the stacks: the supervisor asks the ranks, their PLACEs fold in
         elif msg["t"] == C.STOP_WANTED:
             self.stopped_by = self.stopped_by or msg.get("by") or "run.stop()"  # the supervisor stops the run
+        elif msg["t"] == C.FOCUS_WANTED:
+            pass  # the view opened these ranks: the supervisor's next frame shows them in full
         elif rank >= 0:
             self._about_rank(self.ranks[rank], role, msg, at)
 
@@ -111,6 +115,9 @@ class RunState(RunLifecycle):
         """A kept rank's late word about an earlier cell: not about this one."""
         return self.cell is not None and cell != self.cell
 
-    def snapshot(self, *, log_tail: int = LOG_TAIL) -> RunSnapshot:
-        """The JSON-able picture of the run every view draws (``views.schema.RunSnapshot``)."""
-        return run_snapshot(self, log_tail)
+    def snapshot(self, *, log_tail: int = LOG_TAIL, focus: Iterable[int] = ()) -> RunSnapshot:
+        """The JSON-able picture of the run every view draws (``views.schema.RunSnapshot``); ``focus``: ranks the
+        view asked to see in full (a many-rank run shows only its featured ranks so)."""
+        if is_many(self.world_size):
+            self.band.sample(self.ranks)
+        return run_snapshot(self, log_tail, focus, self.band)

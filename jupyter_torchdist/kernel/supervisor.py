@@ -33,6 +33,8 @@ __all__ = ["Supervisor", "plain_sigint", "FRAME_S"]
 FRAME_S: Final = 0.1          # the view is redrawn at most this often (about 10 updates a second)
 STOP_GRACE_S: Final = 3.0     # after asking ranks to stop, wait this long before cancelling the launcher's job
 STOP_LIMIT_S: Final = 15.0    # ... and this long in all before giving up on confirmations
+TICK_S: Final = 0.05          # the timed checks (silence, stall, deadlines, the frame) run at most this often
+FOCUS_MAX: Final = 8           # ranks the view may have opened at once
 SETTLE_GRACE_S: Final = 3.0   # after the job ended, wait this long for the last messages
 ECHO_GRACE_S: Final = 1.0     # a peer's "connection closed" may arrive before the real error: wait for it
 # A running rank's sampler says something every second; this long without a word, its host, link or executor is
@@ -57,6 +59,8 @@ class Supervisor:
         self.released = False
         self.dirty = True
         self.last_frame = 0.0
+        self.frame_s = FRAME_S  # the view may ask for a slower pace (its byte budget)
+        self.focus: frozenset[int] = frozenset()  # ranks the view opened, asked over the control channel
         self.data: Any = None  # the run's data.service.DataService: answers batches() requests
         self.debugging = Debugging(self)  # where each rank is; the ranks' pdb in the notebook
 
@@ -77,8 +81,11 @@ class Supervisor:
         self.debugging.handle(ev)
         if ev.role == C.BACKEND and t == C.STOP_WANTED:
             self.stop("interrupted")  # run.stop(), a background run's Stop: this run only
+        if ev.role == C.BACKEND and ev.msg["t"] == C.FOCUS_WANTED:
+            self.focus, self.frame_s = frozenset(ev.msg["ranks"][:FOCUS_MAX]), 0.0  # shown in full at once
         if self.state.failures and self.first_failure_at is None:
             self.first_failure_at = time.time()
+            self.frame_s = 0.0  # the root cause is drawn at once, whatever pace the view asked for
         if any(not f.secondary for f in self.state.failures.values()) and not self.debugging.holding():
             self.stop("failed")
         if t in (C.RESULT, C.FAILED) and not self.released and not self.state.running_ranks():
@@ -117,7 +124,7 @@ class Supervisor:
         now = time.time()
         if not self.state.begin_stop(reason, now):
             return
-        self.stop_at, self.dirty = now, True
+        self.stop_at, self.dirty, self.frame_s = now, True, 0.0  # "stopping" is drawn at once
         ended = {r.rank for r in self.state.ranks if r.state in ("done", "failed")}  # they exit by themselves
         self._release(ended)
         told = self.server.stop_all(reason, spare=ended)  # agents that connect later are told too
@@ -154,16 +161,19 @@ class Supervisor:
         if self.stop_at is not None and now - self.stop_at > STOP_GRACE_S:
             self.cancel()
         self.debugging.tick(now)
-        if self.dirty and now - self.last_frame >= FRAME_S:
+        if self.dirty and now - self.last_frame >= self.frame_s:
             self.draw(now)
 
     def draw(self, now: float) -> None:
         self.state.now = now
-        self.view.update(dict(self.state.snapshot(log_tail=self.view.log_tail)))
-        self.dirty, self.last_frame = False, now
+        focus = self.view.focus | self.focus
+        hold = self.view.update(dict(self.state.snapshot(log_tail=self.view.log_tail, focus=focus)))
+        # a view that paces itself gets its next frame after the time it asked for, whether or not more came
+        self.dirty, self.last_frame = hold is not None, now
+        self.frame_s = FRAME_S if hold is None else max(FRAME_S, hold)
 
     def wait_timeout(self, now: float) -> float:
-        waits = [FRAME_S if self.dirty else 1.0]
+        waits = [max(0.0, self.last_frame + self.frame_s - now) if self.dirty else 1.0]
         if self.deadline is not None and self.stop_at is None:
             waits.append(self.deadline - now)
         if self.stop_at is not None:
@@ -177,10 +187,13 @@ class Supervisor:
         return max(0.0, min(waits))
 
     def _drain(self, now: float) -> None:
+        """Handle messages until the next timed check is due, and for at least ``TICK_S`` once one came: the timed
+        checks each look at every rank, so with a thousand ranks they must not run once per message."""
         try:
             self.handle(self.inbox.get(timeout=self.wait_timeout(now)))
-            for _ in range(10_000):  # take what else is there before drawing
-                self.handle(self.inbox.get_nowait())
+            until = time.time() + TICK_S
+            while (left := until - time.time()) > 0:
+                self.handle(self.inbox.get(timeout=left))
         except queue.Empty:
             pass
 

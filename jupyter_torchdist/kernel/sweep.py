@@ -34,6 +34,7 @@ class _Members:
     """The views of a sweep's runs: each keeps its run's latest snapshot for the comparison view."""
 
     log_tail = 0  # the comparison view shows no logs (each run's details keep them)
+    focus: frozenset[int] = frozenset()
 
     def __init__(self, changed: Callable[[], None]) -> None:
         self.latest: dict[int, dict[str, Any]] = {}

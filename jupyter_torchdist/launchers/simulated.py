@@ -3,7 +3,9 @@
 A simulated rank runs none of the cell's code and no torch. It speaks the real channel protocol as a real rank and
 its agent do (the handshake with the run's secret, TLS when the run has it, HELLO and RENDEZVOUS, the rank's own
 sender with its budgets, BEATs, EXIT), so everything on the kernel's side runs as it would: the channel server, the
-supervisor, the state, the views and the report. Many ranks share a process (a thread each): ``PER_PROCESS``.
+supervisor, the state, the views and the report. Many ranks share a process, ``PER_PROCESS`` of them, driven by one
+loop (each rank's own sender thread aside): a thread per rank would spend this 2-core machine's CPU on its own
+scheduling and starve the kernel it is meant to measure.
 
 Chosen when ``JUPYTER_TORCHDIST_SIMULATE`` is set in the kernel's environment, to what the ranks should do, e.g.
 ``steps=100,every=0.1,log_every=10,hosts=64,fail_rank=17,fail_at=3``: each rank reports progress (and a loss) every
@@ -16,7 +18,7 @@ from __future__ import annotations
 import math
 import os
 import queue
-import select
+import selectors
 import subprocess
 import sys
 import threading
@@ -114,108 +116,187 @@ class SimulatedLauncher(Launcher):
 
 # -- the simulated ranks' side (in the worker processes) ----------------------------------------------------------
 def serve(plan: RunPlan, ranks: list[int], spec: SimSpec) -> None:
-    """Run ``ranks`` as threads until every one has ended."""
-    threads = [threading.Thread(target=_SimRank(plan, rank, spec).run, name=f"sim-{rank}", daemon=True)
-               for rank in ranks]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    """Run ``ranks`` until every one has ended."""
+    _Host(plan, ranks, spec).run()
 
 
-class _SimRank:
-    """One rank and its agent: two authenticated connections, as a real rank's process and its agent hold."""
+def _place(rank: int) -> C.PlaceMsg:
+    """Where a simulated rank says it is when asked: most wait in all_reduce, every fourth is still computing."""
+    computing = rank % 4 == 3
+    frame: C.FrameInfo = {"where": "cell line 3" if computing else "cell line 5", "name": "<module>",
+                          "code": "time.sleep(0.1)" if computing else "dist.all_reduce(t)",
+                          "call": "time.sleep" if computing else "dist.all_reduce", "library": 0}
+    return {"t": C.PLACE, "frames": [frame], "collective": None if computing else "all_reduce",
+            "waited_s": None if computing else 0.05, "at": time.time()}
 
-    def __init__(self, plan: RunPlan, rank: int, spec: SimSpec) -> None:
-        self.plan, self.rank, self.spec = plan, rank, spec
-        self.host = f"sim-{rank * spec.hosts // max(1, plan.world_size):03d}"
-        self.stopped = False
+
+class _Sim:
+    """One simulated rank and its agent: two authenticated connections, as a real rank's process and its agent hold."""
+
+    def __init__(self, rank: int, host: str) -> None:
+        self.rank, self.host = rank, host
         self.agent: Any = None
+        self.sock: Any = None
+        self.client: Any = None
+        self.stopped = False      # its agent was told to stop it (it is then gone, as a killed rank is)
+        self.released = False     # the kernel let it exit
+        self.outcome: tuple[str, Any] | None = None
+        self.exited = False
+
+
+class _Host:
+    """The ranks of one worker process, in one loop: connect, wait for the rendezvous, train, end."""
+
+    def __init__(self, plan: RunPlan, ranks: list[int], spec: SimSpec) -> None:
+        self.plan, self.spec = plan, spec
+        self.sims = [_Sim(r, f"sim-{r * spec.hosts // max(1, plan.world_size):03d}") for r in ranks]
+        self.sel = selectors.DefaultSelector()
         self.beat_due = 0.0
 
     def run(self) -> None:
         from ..channel import protocol as P
+
+        try:
+            for sim in self.sims:
+                self._connect(sim, P)
+            self._rendezvous(P)
+            self._train(P)
+            self._stay(P)
+        finally:
+            for sim in self.sims:
+                self._exit(sim, P, 1)
+
+    def _connect(self, sim: _Sim, P: Any) -> None:
         from ..channel.client import connect
 
-        self.agent = connect(self.plan.address, self.plan.secret, self.rank, P.ROLE_AGENT, tls=self.plan.tls,
-                             timeout=120)
-        P.send_frame(self.agent, {"t": C.AGENT_HELLO, "host": self.host, "pid": os.getpid(), "child": os.getpid()})
-        code = 1
-        try:
-            code = self._rank(P, connect)
-        except Exception:
-            code = 1
-        finally:
-            try:
-                P.send_frame(self.agent, {"t": C.EXIT, "code": None if self.stopped else code,
-                                          "signal": "SIGKILL" if self.stopped else None, "stopped": self.stopped,
-                                          "at": time.time()})
-                self.agent.close()
-            except OSError:
-                pass
-
-    def _heard(self, P: Any) -> None:
-        """Beat when due; take a STOP from the kernel (the rank is then gone, as a killed one would be)."""
-        now = time.monotonic()
-        if now >= self.beat_due:
-            P.send_frame(self.agent, {"t": C.BEAT})
-            self.beat_due = now + C.HEARTBEAT_S
-        while select.select([self.agent], [], [], 0)[0]:
-            frame = P.recv_frame(self.agent, 1 << 16)
-            if isinstance(frame, dict) and frame.get("t") == C.STOP:
-                self.stopped = True
-                return
-
-    def _rank(self, P: Any, connect: Any) -> int:
-        from ..rank.client import RankClient
-        from ..rank.values import final_message
-
-        sock = connect(self.plan.address, self.plan.secret, self.rank, P.ROLE_RANK, tls=self.plan.tls, timeout=120)
-        hello: dict[str, Any] = {"t": C.HELLO, "host": self.host, "ip": "127.0.0.1", "pid": os.getpid()}
-        if self.rank == 0:
+        plan = self.plan
+        sim.agent = connect(plan.address, plan.secret, sim.rank, P.ROLE_AGENT, tls=plan.tls, timeout=120)
+        P.send_frame(sim.agent, {"t": C.AGENT_HELLO, "host": sim.host, "pid": os.getpid(), "child": os.getpid()})
+        self.sel.register(sim.agent, selectors.EVENT_READ, (sim, "agent"))
+        sim.sock = connect(plan.address, plan.secret, sim.rank, P.ROLE_RANK, tls=plan.tls, timeout=120)
+        hello: dict[str, Any] = {"t": C.HELLO, "host": sim.host, "ip": "127.0.0.1", "pid": os.getpid()}
+        if sim.rank == 0:
             hello["store_port"] = 1  # no store: nothing dials it
-        P.send_frame(sock, hello)
-        frame = P.recv_frame(sock, 1 << 20)
-        if not isinstance(frame, dict) or frame.get("t") != C.RENDEZVOUS:
-            return 1
-        client = RankClient(sock)
-        client.post({"t": C.STATE, "state": "starting"})
-        client.post({"t": C.STATE, "state": "running"})
-        outcome = self._train(P, client)
-        if self.stopped:
-            return 1
-        kind, value = outcome
-        final = final_message(kind, value, filename="<simulated>", send_value=self.rank == 0,
-                              max_bytes=self.plan.max_value_bytes)
-        client.send_final([final])
-        while not self.stopped:  # stay until the kernel releases every rank (or stops this one)
-            self._heard(P)
-            if select.select([sock], [], [], 0.2)[0]:
-                try:
-                    msg = P.recv_frame(sock, 1 << 20)
-                except (EOFError, OSError):
-                    break
-                if isinstance(msg, dict) and msg.get("t") == C.RELEASE:
-                    break
-        return 0 if kind == "ok" else 1
+        P.send_frame(sim.sock, hello)
+        self.sel.register(sim.sock, selectors.EVENT_READ, (sim, "rank"))
+        self._beat(P)
 
-    def _train(self, P: Any, client: Any) -> tuple[str, Any]:
+    def _beat(self, P: Any) -> None:
+        """Every live agent beats when due (a real agent beats from its own process whatever its rank does)."""
+        now = time.monotonic()
+        if now < self.beat_due:
+            return
+        self.beat_due = now + C.HEARTBEAT_S
+        for sim in self.sims:
+            if sim.agent is not None and not sim.exited:
+                try:
+                    P.send_frame(sim.agent, {"t": C.BEAT})
+                except OSError:
+                    pass
+
+    def _poll(self, P: Any, timeout: float) -> list[tuple[_Sim, dict[str, Any]]]:
+        """What the kernel sent the ranks and agents within ``timeout``; a STOP marks its rank stopped."""
+        said = []
+        for key, _ in self.sel.select(timeout):
+            sim, role = key.data
+            conn = sim.agent if role == "agent" else sim.sock
+            try:
+                msg = P.recv_frame(conn, 1 << 20)
+            except (EOFError, OSError, P.ProtocolError):
+                self.sel.unregister(conn)
+                continue
+            if not isinstance(msg, dict):
+                continue
+            if role == "agent" and msg.get("t") == C.STOP:  # a real agent kills its rank and says so at once
+                sim.stopped = True
+                self._exit(sim, P, 1)
+            elif role == "rank" and msg.get("t") == C.WHERE and sim.client is not None:
+                sim.client.post(_place(sim.rank), urgent=True)
+            said.append((sim, msg))
+        self._beat(P)
+        return said
+
+    def _rendezvous(self, P: Any) -> None:
+        from ..rank.client import RankClient
+
+        waiting = {sim.rank for sim in self.sims}
+        while waiting and not all(sim.stopped for sim in self.sims):
+            for sim, msg in self._poll(P, 0.2):
+                if msg.get("t") == C.RENDEZVOUS and sim.rank in waiting:
+                    waiting.discard(sim.rank)
+                    sim.client = RankClient(sim.sock, self.plan.world_size)
+                    sim.client.post({"t": C.STATE, "state": "starting"})
+                    sim.client.post({"t": C.STATE, "state": "running"})
+
+    def _train(self, P: Any) -> None:
         spec, started = self.spec, time.monotonic()
         usage_due = started
         for step in range(1, spec.steps + 1):
-            self._heard(P)
-            if self.stopped:
-                return "error", RuntimeError("stopped")
+            if all(sim.stopped or sim.outcome is not None or sim.client is None for sim in self.sims):
+                break
             now = time.monotonic()
-            if self.rank == spec.fail_rank and now - started >= spec.fail_at:
-                return "error", RuntimeError(f"simulated failure on rank {self.rank} at step {step}")
-            loss = math.exp(-step / max(1, spec.steps) * 3) * (1 + 0.05 * math.sin(self.rank + step))
-            client.post_progress({"t": C.PROGRESS, "step": step, "total": spec.steps,
-                                  "metrics": {"loss": round(loss, 5)}, "at": time.time()})
-            if spec.log_every and step % spec.log_every == 0:
-                client.post_log("stdout", f"step {step}: loss {loss:.4f}\n", time.time())
-            if now >= usage_due:
-                client.post_usage({"t": C.USAGE, "rss": 200 << 20, "cpu_pct": 95.0, "at": time.time()})
-                usage_due = now + 1.0
-            time.sleep(max(0.0, started + step * spec.every - time.monotonic()))
-        return "ok", {"rank": self.rank, "steps": spec.steps} if self.rank == 0 else None
+            usage = now >= usage_due
+            usage_due = now + 1.0 if usage else usage_due
+            for sim in self.sims:
+                if sim.client is not None and sim.outcome is None and not sim.stopped:
+                    self._step(sim, step, now - started, usage)
+            self._poll(P, max(0.0, started + step * spec.every - time.monotonic()))
+        for sim in self.sims:
+            if sim.client is not None and sim.outcome is None and not sim.stopped:
+                self._end(sim, ("ok", {"rank": sim.rank, "steps": spec.steps} if sim.rank == 0 else None))
+
+    def _step(self, sim: _Sim, step: int, seconds: float, usage: bool) -> None:
+        spec, client = self.spec, sim.client
+        if sim.rank == spec.fail_rank and seconds >= spec.fail_at:
+            self._end(sim, ("error", RuntimeError(f"simulated failure on rank {sim.rank} at step {step}")))
+            return
+        loss = math.exp(-step / max(1, spec.steps) * 3) * (1 + 0.05 * math.sin(sim.rank + step))
+        client.post_progress({"t": C.PROGRESS, "step": step, "total": spec.steps,
+                              "metrics": {"loss": round(loss, 5)}, "at": time.time()})
+        if spec.log_every and step % spec.log_every == 0:
+            client.post_log("stdout", f"step {step}: loss {loss:.4f}\n", time.time())
+        if usage:
+            client.post_usage({"t": C.USAGE, "rss": 200 << 20, "cpu_pct": 95.0, "at": time.time()})
+
+    def _end(self, sim: _Sim, outcome: tuple[str, Any]) -> None:
+        from ..rank.values import final_message
+
+        sim.outcome = outcome
+        kind, value = outcome
+        final = final_message(kind, value, filename="<simulated>", send_value=sim.rank == 0,
+                              max_bytes=self.plan.max_value_bytes)
+        sim.client.send_final([final], timeout=30)
+
+    def _stay(self, P: Any) -> None:
+        """Every rank stays until the kernel releases it (or stops it), then its agent says how it exited."""
+        while not all(sim.released or sim.stopped or sim.client is None for sim in self.sims):
+            for sim, msg in self._poll(P, 0.2):
+                if msg.get("t") == C.RELEASE:
+                    sim.released = True
+            for sim in self.sims:
+                if sim.released or sim.stopped:
+                    code = 0 if sim.outcome is not None and sim.outcome[0] == "ok" and not sim.stopped else 1
+                    self._exit(sim, P, code)
+
+    def _exit(self, sim: _Sim, P: Any, code: int) -> None:
+        if sim.exited:
+            return
+        sim.exited = True
+        if sim.client is not None:
+            sim.client.close()
+        for conn in (sim.sock, sim.agent):
+            if conn is not None:
+                try:
+                    self.sel.unregister(conn)
+                except (KeyError, ValueError):
+                    pass
+        try:
+            if sim.agent is not None:
+                P.send_frame(sim.agent, {"t": C.EXIT, "code": None if sim.stopped else code,
+                                         "signal": "SIGKILL" if sim.stopped else None, "stopped": sim.stopped,
+                                         "at": time.time()})
+                sim.agent.close()
+            if sim.sock is not None:
+                sim.sock.close()
+        except OSError:
+            pass

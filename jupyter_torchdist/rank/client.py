@@ -16,12 +16,26 @@ from .. import contract as C
 from ..channel import protocol as P
 from ..channel.client import Stream
 
-__all__ = ["RankClient"]
+__all__ = ["RankClient", "pace"]
 
 PROGRESS_QUEUE = 256
 PROGRESS_PER_BATCH = 16   # progress points kept per batch: the view draws ~10 frames/s, the curve needs no more
 BATCH_INTERVAL_S = 0.05   # at most ~20 batches a second: the sender stays off the training thread's cores
 LOG_BUDGET_BYTES = 8 << 20  # unsent log text a rank may queue; past it lines are counted, not kept
+# The kernel hears from all ranks together at most about this many batches a second, whatever their number: past 20
+# ranks each rank batches less often (up to MAX_INTERVAL_S, well inside the kernel's silence limit) and keeps fewer
+# progress points per batch, so the kernel's work per second stays flat as the rank count grows (issue 35).
+KERNEL_BATCHES_PER_S = 400
+MAX_INTERVAL_S = 2.0
+SMALL_WORLD = 64          # up to this many ranks, every batch keeps PROGRESS_PER_BATCH points
+
+
+def pace(world_size: int) -> tuple[float, int]:
+    """(seconds between a rank's batches, progress points per batch) for a run of ``world_size`` ranks."""
+    n = max(1, world_size)
+    interval = min(MAX_INTERVAL_S, max(BATCH_INTERVAL_S, n / KERNEL_BATCHES_PER_S))
+    keep = PROGRESS_PER_BATCH if n <= SMALL_WORLD else max(2, PROGRESS_PER_BATCH * SMALL_WORLD // n)
+    return interval, keep
 
 
 def _plain(value: Any) -> Any:
@@ -52,8 +66,9 @@ class RankClient:
     the sender has written them: the kernel then has the cell's whole log before its outcome.
     """
 
-    def __init__(self, sock: Stream) -> None:
+    def __init__(self, sock: Stream, world_size: int = 1) -> None:
         self.sock = sock
+        self.interval, self.keep = pace(world_size)
         self.dropped_progress = 0
         self.dropped_log_lines = 0
         self.dropped_log_bytes = 0
@@ -128,7 +143,7 @@ class RankClient:
                 return None
             usage: list[C.RankMessage] = [self._usage] if self._usage is not None else []
             batch: list[C.RankMessage] = [*self._logs, *self._dropped_notice(),
-                                          *_thin(list(self._progress), PROGRESS_PER_BATCH), *usage, *self._finals]
+                                          *_thin(list(self._progress), self.keep), *usage, *self._finals]
             self._usage = None
             self._logs.clear()
             self._progress.clear()
@@ -141,7 +156,7 @@ class RankClient:
         not_before = 0.0
         while (taken := self._take(not_before)) is not None:
             batch, upto = taken
-            not_before = time.monotonic() + BATCH_INTERVAL_S
+            not_before = time.monotonic() + self.interval
             if not self._broken:
                 try:
                     for msg in batch:

@@ -214,7 +214,7 @@ def rank_main(plan: RunPlan, rank: int, gpu_address: str | None = None) -> int:
     rdv, store = rendezvous(sock, plan, rank)
     bind_ip = "127.0.0.1" if plan.loopback else sock.getsockname()[0]
     device = set_env(plan, rank, rdv, gpu_address, bind_ip)
-    client = RankClient(sock)
+    client = RankClient(sock, plan.world_size)
     link = KernelLink(sock)
     install(RankRuntime(plan, rank, client, link, bind_ip, UsageSampler(client.post_usage, gpu=plan.gpu)))
     install_tqdm(rank_api.report)

@@ -11,12 +11,18 @@ __all__ = ["RunView", "NullView", "make_view"]
 
 
 class RunView(Protocol):
-    """What the supervisor draws on: a first frame, updates (at most ~10 a second), a last frame."""
+    """What the supervisor draws on: a first frame, updates (at most ~10 a second), a last frame.
+
+    ``update`` may return how many seconds the view wants before its next frame (a view with a byte budget paces
+    itself so; the supervisor then draws again after that long even if nothing changed), or None for the usual
+    pace. ``focus``: ranks the user opened in the view, which a many-rank run's snapshot shows in full."""
 
     log_tail: int  # log lines per rank the snapshots should carry
 
+    @property
+    def focus(self) -> frozenset[int]: ...
     def start(self, snapshot: dict[str, Any]) -> None: ...
-    def update(self, snapshot: dict[str, Any]) -> None: ...
+    def update(self, snapshot: dict[str, Any]) -> float | None: ...
     def finish(self, snapshot: dict[str, Any]) -> None: ...
 
 
@@ -24,6 +30,7 @@ class NullView:
     """Draws nothing (``--quiet`` and the plain Python API)."""
 
     log_tail = 0
+    focus: frozenset[int] = frozenset()
 
     def start(self, snapshot: dict[str, Any]) -> None:
         pass

@@ -23,6 +23,7 @@ class DisplayView:
     """A ``RunView`` that updates one display with the live-trimmed report, twice a second at most."""
 
     log_tail = REPORT.log_lines
+    focus: frozenset[int] = frozenset()
 
     def __init__(self) -> None:
         self._handle: Any = None

@@ -5,8 +5,11 @@ ES module (``jupyter_torchdist/static/widget.js``, built from ``labextension/src
 the synced ``snapshot``, and at the end of the run the widget's output is replaced, in place, by
 the ``RunReport`` that the JupyterLab extension draws without a kernel.
 
-The kernel sends the whole snapshot up to ten times a second, so it is trimmed to the live budget
-(``trim.LIVE``) whatever the number of ranks: log tails and loss curves share fixed budgets.
+The kernel sends the whole snapshot up to ten times a second, trimmed to the live budget (``trim.LIVE``): log
+tails and loss curves share fixed budgets. The widget traffic is held to a byte budget a second whatever the number
+of ranks (``SNAPSHOT_BYTES_S``, ``TABLE_BYTES_S``): after a frame of B bytes the view asks the supervisor to wait
+B / budget before the next. A many-rank run's compact table of every rank goes in its own trait, less often than
+the summary; the front end asks for a rank's full row by setting ``focus``.
 
 A background run's view is updated from the run's own thread while other cells execute. Widget messages reach it
 whatever cell runs (front ends route them by the widget's id), but a display update would not: JupyterLab applies
@@ -16,9 +19,11 @@ saved notebook holds it; front ends that apply display updates anywhere (nbclien
 """
 from __future__ import annotations
 
+import json
+import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import anywidget
 import traitlets
@@ -33,6 +38,9 @@ __all__ = ["LiveView", "RunWidget", "SweepWidget", "live_available", "live_snaps
 STATIC = Path(__file__).resolve().parent.parent / "static"
 ESM = STATIC / "widget.js"   # built by `jlpm build:prod` in labextension/ (git-ignored)
 CSS = STATIC / "widget.css"
+SNAPSHOT_BYTES_S: Final = 100_000  # the snapshot trait's bytes a second, at most (about 10 frames of 10 KB)
+TABLE_BYTES_S: Final = 40_000      # the many-rank table's
+TABLE_MIN_S: Final = 1.0           # ... sent at most once a second
 
 
 def live_available() -> bool:
@@ -63,6 +71,8 @@ class RunWidget(_FrontEnd):
     """Syncs one trimmed snapshot; the front end draws it and handles every interaction itself."""
 
     snapshot = traitlets.Dict().tag(sync=True)
+    table = traitlets.Dict().tag(sync=True)  # a many-rank run's every rank in a few columns (schema.TableSnapshot)
+    focus = traitlets.List(traitlets.Int()).tag(sync=True)  # ranks the user opened: their full rows are sent
 
     def __init__(self, snapshot: Mapping[str, Any]) -> None:
         super().__init__(snapshot=snapshot)
@@ -77,6 +87,11 @@ class SweepWidget(_FrontEnd):
         super().__init__(sweep=sweep)
 
 
+def _size(value: Any) -> int:
+    """About the bytes a trait's value takes on the wire."""
+    return len(json.dumps(value, separators=(",", ":"), default=str))
+
+
 class LiveView:
     """The ``RunView`` of Jupyter front ends with anywidget: the widget while it runs, the report after."""
 
@@ -86,17 +101,44 @@ class LiveView:
         self.widget: RunWidget | None = None
         self._handle: Any = None
         self.background = background  # updated from the run's thread while other cells execute
+        self._table_due = 0.0          # when the table may be sent again
+        self._table_held = False       # a newer table waits for its turn
+
+    @property
+    def focus(self) -> frozenset[int]:
+        return frozenset(self.widget.focus) if self.widget is not None else frozenset()
 
     def start(self, snapshot: dict[str, Any]) -> None:
-        self.widget = RunWidget(live_snapshot(snapshot))
+        live: dict[str, Any] = dict(live_snapshot(snapshot))
+        table = live.pop("table", None) or {}
+        self.widget = RunWidget(live)
+        self.widget.table = table
         self._handle = display(self.widget, display_id=True)  # type: ignore[no-untyped-call]
 
-    def update(self, snapshot: dict[str, Any]) -> None:
-        if self.widget is not None:
-            self.widget.snapshot = dict(live_snapshot(snapshot))  # unchanged snapshots are not sent again
+    def update(self, snapshot: dict[str, Any], *, final: bool = False) -> float | None:
+        """Send the frame; returns how long to wait before the next one (its bytes over the budget), or None."""
+        if self.widget is None:
+            return None
+        live: dict[str, Any] = dict(live_snapshot(snapshot))
+        table = live.pop("table", None) or {}
+        live["table"] = None
+        hold = None
+        if live != self.widget.snapshot:  # unchanged snapshots are not sent again
+            self.widget.snapshot = live
+            hold = _size(live) / SNAPSHOT_BYTES_S
+        now = time.monotonic()
+        if table != self.widget.table:
+            if final or now >= self._table_due:
+                self.widget.table = table
+                self._table_due, self._table_held = now + max(TABLE_MIN_S, _size(table) / TABLE_BYTES_S), False
+            else:
+                self._table_held = True
+        if self._table_held:  # come back when the table may go
+            return max(hold or 0.0, self._table_due - now)
+        return hold if hold is not None and hold > 0.1 else None  # a small frame: the usual pace
 
     def finish(self, snapshot: dict[str, Any]) -> None:
-        self.update(snapshot)
+        self.update(snapshot, final=True)
         if self.background and self.widget is not None and self._handle is not None:
             self.widget.report = report_bundle(snapshot)  # the extension puts it in the widget's place
             self._handle.update(RunReport(snapshot))       # where display updates reach any cell

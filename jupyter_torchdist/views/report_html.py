@@ -11,9 +11,10 @@ from typing import Any, Final
 
 from .chart import svg_chart
 from .schema import RankSnapshot, RunErrorSnapshot, RunSnapshot
-from .style import (DASH, KIND_LABELS, clip, colour, duration, exit_text, metrics_text, progress, rate,
+from .style import (DASH, ECHOES_FROM, KIND_LABELS, clip, colour, duration, exit_text, metrics_text, progress, rate,
                     status_label, tally, where)
 from .stacks import frame_line, has_places, stacks_title
+from .summary_html import groups_html, summary_html
 from .trim import trim_snapshot
 from .usage import data_line, input_bound, usage_cells, usage_columns
 
@@ -55,9 +56,12 @@ def html_of(snap: RunSnapshot) -> str:
     if snap["error"]:
         out.append(_error(snap["error"]))
     out.append(_panels(snap))
+    if snap["summary"] is not None:
+        out.append(summary_html(snap["summary"]))
     if snap["ranks"]:
         root = snap["error"]["rank"] if snap["error"] else None
-        out += [_stacks(snap), _table(snap["ranks"], root), _logs(snap["ranks"], root, open_=snap["error"] is not None)]
+        logged = [r for r in snap["ranks"] if r["state"] == "failed"][:3] if snap["summary"] else snap["ranks"]
+        out += [_stacks(snap), _table(snap["ranks"], root), _logs(logged, root, open_=snap["error"] is not None)]
     return "".join(out) + "</div>"
 
 
@@ -81,7 +85,7 @@ def _header(snap: RunSnapshot) -> str:
     for notice in snap["notices"]:
         out += (f'<div class="jtd-notice" style="margin-top:4px;padding:3px 8px;border-left:3px solid '
                 f'{colour("stopped")};background:{colour("stopped")}14">{_e(notice)}</div>')
-    if snap["ranks"]:
+    if snap["ranks"] and snap["summary"] is None:  # a many-rank run's counts are its summary's
         out += f'<div style="margin-top:2px;color:#888;font-size:12px">ranks: {_e(tally(snap["ranks"]))}</div>'
     return out
 
@@ -94,8 +98,10 @@ def _error(error: RunErrorSnapshot) -> str:
            f'{_e(error["summary"] or "failed")}</div>']
     if error["traceback"].strip():
         out.append(f'<pre style="{_PRE};max-height:22em">{_e(error["traceback"].rstrip())}</pre>')
+    if len(error["secondary"]) >= ECHOES_FROM:
+        out.append(groups_html("The other ranks' failures", error["echoes"]))
     n = len(error["secondary"])
-    if n:
+    if n and len(error["secondary"]) < ECHOES_FROM:
         items = "".join(f'<li><strong>{_e(where(s))}</strong>: <span style="font-family:{_MONO};font-size:12px">'
                         f'{_e(s["summary"])}</span></li>' for s in error["secondary"])
         out.append(f'<details style="margin-top:6px"><summary style="cursor:pointer;color:#888">{n} other '

@@ -5,7 +5,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from .schema import RankSnapshot, RunErrorSnapshot, RunSnapshot
-from .style import DASH, KIND_LABELS, clip, duration, exit_text, metrics_text, progress, rate, status_label, tally
+from .style import (DASH, ECHOES_FROM, KIND_LABELS, clip, duration, exit_text, metrics_text, progress, rate,
+                    status_label, tally, tally_counts)
 from .style import where as where_text
 from .stacks import has_places, place_lines, stacks_title
 from .trim import trim_snapshot
@@ -47,7 +48,11 @@ def _head(snap: RunSnapshot) -> list[str]:
     data = data_line(snap["data"])
     lines += [data] if data else []
     lines += [f"note: {n}" for n in snap["notices"]]
-    lines += [f"ranks: {tally(snap['ranks'])}"] if snap["ranks"] else []
+    if snap["summary"] is not None:  # a many-rank run: its ranks by state, then only its featured ranks' rows
+        lines += [f"ranks: {tally_counts(snap['summary']['counts'])}"]
+        lines += [f"  {o['why']}: rank {o['rank']} on {o['host']}: {o['detail']}" for o in snap["summary"]["outliers"]]
+    elif snap["ranks"]:
+        lines += [f"ranks: {tally(snap['ranks'])}"]
     return lines
 
 
@@ -58,7 +63,11 @@ def _error(error: RunErrorSnapshot, ranks: list[RankSnapshot]) -> list[str]:
     if len(tb) > _TB_LINES:
         tb = [f"... ({len(tb) - _TB_LINES} lines cut)"] + tb[-_TB_LINES:]
     lines += ["  " + t for t in tb]
-    lines += [f"  also failed: {where_text(s)}: {s['summary']}" for s in error["secondary"]]
+    if len(error["secondary"]) >= ECHOES_FROM:
+        lines += [f"  also failed: {g['ranks']:,} ranks ({', '.join(map(str, g['sample']))}, ...): {g['summary']}"
+                  for g in error["echoes"]]
+    else:
+        lines += [f"  also failed: {where_text(s)}: {s['summary']}" for s in error["secondary"]]
     root = next((r for r in ranks if r["rank"] == error["rank"]), None)
     tail = root["log_tail"] if root else []
     if tail:

@@ -8,12 +8,17 @@ from __future__ import annotations
 
 from typing import Any, Final, TypedDict
 
+from .._groups import TextGroup as GroupSnapshot  # ranks that say the same thing: summary, ranks, sample
+
 __all__ = ["SCHEMA_VERSION", "LOSS_KEYS", "RankSnapshot", "RunSnapshot", "RunErrorSnapshot",
            "SecondarySnapshot", "UsageSnapshot", "DataSnapshot", "FrameSnapshot", "PlaceSnapshot",
-           "SweepRunSnapshot", "SweepSnapshot"]
+           "SweepRunSnapshot", "SweepSnapshot", "QuantileSnapshot", "HostGroupSnapshot", "OutlierSnapshot",
+           "GroupSnapshot", "SummarySnapshot", "TableSnapshot", "MANY_RANKS", "TABLE_COLUMNS"]
 
 SCHEMA_VERSION: Final = 1
 LOSS_KEYS: Final = ("loss", "train_loss", "training_loss")  # metrics drawn as the loss curve, first found
+MANY_RANKS: Final = 64  # above this many ranks a run is drawn as a summary, its outliers and a paged table
+TABLE_COLUMNS: Final = ("rank", "host", "state", "step", "rate", "loss")
 
 
 class UsageSnapshot(TypedDict):
@@ -76,6 +81,48 @@ class RankSnapshot(TypedDict):
     paused: str | None              # "pdb" or "post-mortem" while its debugger waits for the user
 
 
+class QuantileSnapshot(TypedDict):
+    """One measure over the ranks that report it, as Spark's stage summary shows a task metric."""
+    name: str               # "step", "rate", "loss", "cpu_pct", "rss", "input_wait" or a reported metric
+    q: list[float]          # min, 25th percentile, median, 75th percentile, max
+    n: int                  # ranks that report it
+
+
+class HostGroupSnapshot(TypedDict):
+    """The ranks of one host."""
+    host: str
+    ranks: int
+    counts: dict[str, int]  # by state
+    step: float | None      # the median step of its ranks
+    rate: float | None      # their median rate
+
+
+class OutlierSnapshot(TypedDict):
+    """A rank worth a look, and why."""
+    rank: int
+    host: str
+    why: str                # failed, paused, stalled, behind, slowest, waiting on input
+    detail: str             # "step 41 of 100, the median is 57", the failure's summary
+
+
+class SummarySnapshot(TypedDict):
+    """A many-rank run at a glance (runs of more than ``MANY_RANKS`` ranks)."""
+    counts: dict[str, int]          # ranks by state
+    quantiles: list[QuantileSnapshot]
+    loss_band: list[list[float]]    # [median step, min, median, max] of the ranks' latest loss, over the run
+    hosts: list[HostGroupSnapshot]
+    outliers: list[OutlierSnapshot]
+    places: list[GroupSnapshot]     # where the ranks are, by place, once stacks were taken
+
+
+class TableSnapshot(TypedDict):
+    """Every rank in a few columns, for paging, searching and sorting without the kernel."""
+    columns: list[str]      # TABLE_COLUMNS
+    hosts: list[str]        # the "host" column is an index into this
+    states: list[str]       # the "state" column is an index into this
+    rows: list[list[Any]]   # [rank, host index, state index, step, rate, loss], by rank
+
+
 class SecondarySnapshot(TypedDict):
     """A failure of another rank, shown below the root cause."""
     rank: int | None
@@ -91,6 +138,7 @@ class RunErrorSnapshot(TypedDict):
     summary: str
     traceback: str
     secondary: list[SecondarySnapshot]
+    echoes: list[GroupSnapshot]     # the other ranks' failures grouped by what they say, most ranks first
 
 
 class RunSnapshot(TypedDict):
@@ -111,6 +159,8 @@ class RunSnapshot(TypedDict):
     stall: str | None       # no rank moves and one waits in a collective: what the view says (the run goes on)
     run_id: int | None      # the kernel's number for the run (jupyter_torchdist.runs())
     background: bool        # the notebook went on while it ran: its Stop stops this run only
+    summary: SummarySnapshot | None  # runs of more than MANY_RANKS ranks: ``ranks`` then holds only the
+    table: TableSnapshot | None      # failed, outlier and asked-for ranks, and ``table`` every rank
 
 
 class SweepRunSnapshot(TypedDict):

@@ -11,8 +11,8 @@ from typing import Any, Final
 
 from .schema import LOSS_KEYS
 
-__all__ = ["ROLE_COLOURS", "STATE_ROLES", "colour", "status_label", "KIND_LABELS", "DASH",
-           "clip", "clip_tail", "finite", "duration", "fmt_metric", "rate", "progress", "exit_text",
+__all__ = ["ECHOES_FROM", "tally_counts", "ROLE_COLOURS", "STATE_ROLES", "colour", "status_label", "KIND_LABELS",
+           "DASH", "clip", "clip_tail", "finite", "duration", "fmt_metric", "rate", "progress", "exit_text",
            "ordered_metrics", "metrics_text", "where", "tally"]
 
 ROLE_COLOURS: Final = {"ok": "#388e3c", "bad": "#d32f2f", "warn": "#f57c00", "info": "#1976d2", "idle": "#9e9e9e"}
@@ -132,11 +132,19 @@ def where(e: Mapping[str, Any]) -> str:
     return f"rank {'?' if rank is None else rank}" + (f" on {host}" if host else "")
 
 
+ECHOES_FROM: Final = 16  # this many other ranks' failures or more are shown grouped by what they say
+
+
 def tally(ranks: Iterable[Mapping[str, Any]]) -> str:
     """``2 running, 1 done, 1 failed``."""
     counts: dict[str, int] = {}
     for r in ranks:
         state = str(r.get("state") or "pending")
         counts[state] = counts.get(state, 0) + 1
-    keys = [k for k in _STATE_ORDER if k in counts] + [k for k in counts if k not in _STATE_ORDER]
-    return ", ".join(f"{counts[k]} {k}" for k in keys)
+    return tally_counts(counts)
+
+
+def tally_counts(counts: Mapping[str, int]) -> str:
+    """``1,020 running, 3 done, 1 failed``: counts by state, the states in their usual order."""
+    keys = [k for k in _STATE_ORDER if counts.get(k)] + [k for k in counts if k not in _STATE_ORDER and counts[k]]
+    return ", ".join(f"{counts[k]:,} {k}" for k in keys)

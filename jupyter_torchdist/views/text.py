@@ -27,6 +27,7 @@ def _progress(r: dict[str, Any]) -> str:
 class TextView:
     """Prints state changes and each rank's output as it comes, prefixed by rank; a summary now and then."""
     log_tail = 500
+    focus: frozenset[int] = frozenset()
 
     def __init__(self, out: TextIO | None = None) -> None:
         self.out = out or sys.stdout

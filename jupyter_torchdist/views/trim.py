@@ -11,8 +11,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from .schema import (SCHEMA_VERSION, DataSnapshot, FrameSnapshot, PlaceSnapshot, RankSnapshot, RunErrorSnapshot,
-                     RunSnapshot, SecondarySnapshot, UsageSnapshot)
+from .schema import (SCHEMA_VERSION, TABLE_COLUMNS, DataSnapshot, FrameSnapshot, GroupSnapshot, HostGroupSnapshot,
+                     OutlierSnapshot, PlaceSnapshot, QuantileSnapshot, RankSnapshot, RunErrorSnapshot, RunSnapshot,
+                     SecondarySnapshot, SummarySnapshot, TableSnapshot, UsageSnapshot)
 from .style import clip, clip_tail, finite
 
 __all__ = ["Budget", "REPORT", "LIVE", "trim_snapshot"]
@@ -24,6 +25,12 @@ SHORT_CHARS: Final = 300
 SECONDARY_MAX: Final = 256
 METRICS_MAX: Final = 32
 NOTICES_MAX: Final = 16
+GROUPS_MAX: Final = 12        # place and echo groups
+HOSTS_MAX: Final = 256
+OUTLIERS_MAX: Final = 16
+QUANTILES_MAX: Final = 16
+BAND_MAX: Final = 200
+TABLE_MAX: Final = 16_384     # rows of the compact rank table
 
 
 @dataclass(frozen=True)
@@ -37,12 +44,15 @@ class Budget:
     curve_max: int         # ... nor more
     last_line_chars: int   # the row's "latest output"
     stack_frames: int = 1_920  # lines of the ranks' stacks, shared by the ranks that have one (4 to 30 each)
+    many_log_chars: int = 40_000  # a many-rank run (it has a summary): log characters of its featured ranks
+    many_curve_max: int = 60      # ... and loss-curve points per featured rank (the band shows the rest)
 
 
 REPORT: Final = Budget(log_lines=50, log_chars=200_000, log_min_chars=2_000, line_chars=500,
                        curve_points=1 << 20, curve_min=200, curve_max=200, last_line_chars=SHORT_CHARS)
 LIVE: Final = Budget(log_lines=40, log_chars=48_000, log_min_chars=600, line_chars=500,
-                     curve_points=1_600, curve_min=24, curve_max=200, last_line_chars=160, stack_frames=256)
+                     curve_points=1_600, curve_min=24, curve_max=200, last_line_chars=160, stack_frames=256,
+                     many_log_chars=12_000, many_curve_max=40)
 
 
 def _thin(points: Any, limit: int) -> list[list[float]]:
@@ -152,6 +162,63 @@ def _trim_rank(r: Mapping[str, Any], budget: Budget, chars: int, points: int, fr
     }
 
 
+def _numbers(values: Any, n: int) -> list[float] | None:
+    """``n`` finite numbers, or None."""
+    seq = _sequence(values)
+    out = [finite(v) for v in list(seq)[:n]]
+    return [v for v in out if v is not None] if len(out) == n and None not in out else None
+
+
+def _groups(items: Any) -> list[GroupSnapshot]:
+    return [{"summary": clip(g.get("summary") or "", SHORT_CHARS), "ranks": _int(g.get("ranks")) or 0,
+             "sample": [x for x in (_int(v) for v in list(_sequence(g.get("sample")))[:8]) if x is not None]}
+            for g in list(_sequence(items))[:GROUPS_MAX] if isinstance(g, Mapping)]
+
+
+def _counts(value: Any) -> dict[str, int]:
+    return {clip(k, 40): _int(v) or 0 for k, v in list(_mapping(value).items())[:16]}
+
+
+def _trim_summary(s: Any) -> SummarySnapshot | None:
+    if not isinstance(s, Mapping):
+        return None
+    quantiles: list[QuantileSnapshot] = [
+        {"name": clip(q.get("name") or "", 40), "q": qs, "n": _int(q.get("n")) or 0}
+        for q in list(_sequence(s.get("quantiles")))[:QUANTILES_MAX]
+        if isinstance(q, Mapping) and (qs := _numbers(q.get("q"), 5)) is not None]
+    band = [p for p in (_numbers(p, 4) for p in list(_sequence(s.get("loss_band")))[-BAND_MAX:]) if p is not None]
+    hosts: list[HostGroupSnapshot] = [
+        {"host": clip(h.get("host") or "", 120), "ranks": _int(h.get("ranks")) or 0, "counts": _counts(h.get("counts")),
+         "step": finite(h.get("step")), "rate": finite(h.get("rate"))}
+        for h in list(_sequence(s.get("hosts")))[:HOSTS_MAX] if isinstance(h, Mapping)]
+    outliers: list[OutlierSnapshot] = [
+        {"rank": _int(o.get("rank")) or 0, "host": clip(o.get("host") or "", 120), "why": clip(o.get("why") or "", 40),
+         "detail": clip(o.get("detail") or "", SHORT_CHARS)}
+        for o in list(_sequence(s.get("outliers")))[:OUTLIERS_MAX] if isinstance(o, Mapping)]
+    return {"counts": _counts(s.get("counts")), "quantiles": quantiles, "loss_band": band, "hosts": hosts,
+            "outliers": outliers, "places": _groups(s.get("places"))}
+
+
+def _table_row(row: Any, hosts: int, states: int) -> list[Any] | None:
+    cells = list(_sequence(row))
+    if len(cells) != len(TABLE_COLUMNS):
+        return None
+    rank, host, state = _int(cells[0]), _int(cells[1]), _int(cells[2])
+    if rank is None or host is None or state is None or not (0 <= host < hosts and 0 <= state < states):
+        return None
+    return [rank, host, state, _int(cells[3]), finite(cells[4]), finite(cells[5])]
+
+
+def _trim_table(t: Any) -> TableSnapshot | None:
+    if not isinstance(t, Mapping):
+        return None
+    hosts = [clip(h, 120) for h in list(_sequence(t.get("hosts")))[:TABLE_MAX] if isinstance(h, str)]
+    states = [clip(x, 40) for x in list(_sequence(t.get("states")))[:16] if isinstance(x, str)]
+    rows = [r for r in (_table_row(x, len(hosts), len(states)) for x in list(_sequence(t.get("rows")))[:TABLE_MAX])
+            if r is not None]
+    return {"columns": list(TABLE_COLUMNS), "hosts": hosts, "states": states, "rows": rows}
+
+
 def _trim_error(e: Any) -> RunErrorSnapshot | None:
     if not isinstance(e, Mapping):
         return None
@@ -163,6 +230,7 @@ def _trim_error(e: Any) -> RunErrorSnapshot | None:
         "rank": _int(e.get("rank")), "host": clip(e.get("host") or "", SHORT_CHARS),
         "kind": clip(e.get("kind") or "", 40), "summary": clip(e.get("summary") or "", SUMMARY_CHARS),
         "traceback": clip_tail(e.get("traceback") or "", TRACEBACK_CHARS), "secondary": secondary,
+        "echoes": _groups(e.get("echoes")),
     }
 
 
@@ -178,10 +246,13 @@ def _json_scalar(value: Any) -> Any:
 
 def _ranks(snapshot: Mapping[str, Any], budget: Budget) -> list[RankSnapshot]:
     ranks = [r for r in (snapshot.get("ranks") or []) if isinstance(r, Mapping)]
+    many = isinstance(snapshot.get("summary"), Mapping)
     shares = sum(4 if r.get("state") == "failed" else 1 for r in ranks) or 1
-    share = max(budget.log_min_chars, budget.log_chars // shares)
+    chars = budget.many_log_chars if many else budget.log_chars
+    share = chars // shares if many else max(budget.log_min_chars, chars // shares)  # many: a hard budget
     curves = sum(1 for r in ranks if r.get("loss_history")) or 1
-    points = min(budget.curve_max, max(budget.curve_min, budget.curve_points // curves))
+    points = min(budget.many_curve_max if many else budget.curve_max,
+                 max(budget.curve_min, budget.curve_points // curves))
     stacks = sum(1 for r in ranks if isinstance(r.get("place"), Mapping)) or 1
     frames = min(30, max(4, budget.stack_frames // stacks))
     return [_trim_rank(r, budget, share * (4 if r.get("state") == "failed" else 1), points, frames) for r in ranks]
@@ -209,4 +280,5 @@ def trim_snapshot(snapshot: Mapping[str, Any], budget: Budget = REPORT) -> RunSn
         "ranks": ranks,
         "stall": None if not snapshot.get("stall") else clip(snapshot.get("stall"), SUMMARY_CHARS),
         "run_id": _int(snapshot.get("run_id")), "background": snapshot.get("background") is True,
+        "summary": _trim_summary(snapshot.get("summary")), "table": _trim_table(snapshot.get("table")),
     }

@@ -193,3 +193,55 @@ export function lossChart(series: ISeries[]): SVGSVGElement {
   });
   return root;
 }
+
+/** One point of a many-rank run's loss band: the median step, and the min, median and max loss there. */
+export type BandPoint = [number, number, number, number];
+
+/** Keep finite [step, min, median, max] rows only. */
+export function cleanBand(raw: unknown): BandPoint[] {
+  if (!Array.isArray(raw)) {
+    return [];
+  }
+  const out: BandPoint[] = [];
+  for (const p of raw) {
+    if (Array.isArray(p) && p.length >= 4 && p.slice(0, 4).every(v => typeof v === 'number' && Number.isFinite(v))) {
+      out.push([p[0], p[1], p[2], p[3]]);
+    }
+  }
+  return out;
+}
+
+/**
+ * The loss of a many-rank run: the median as a line inside the min–max band of the ranks, over the run
+ * (the same axes and scale as `lossChart`).
+ */
+export function bandChart(band: BandPoint[]): SVGSVGElement {
+  const lows: Array<[number, number]> = band.map(([x, lo]) => [x, lo]);
+  const highs: Array<[number, number]> = band.map(([x, , , hi]) => [x, hi]);
+  const medians: Array<[number, number]> = band.map(([x, , mid]) => [x, mid]);
+  const scale = scaleFor([
+    { rank: 0, points: lows },
+    { rank: 0, points: highs }
+  ]);
+  const root = svg('svg', {
+    viewBox: `0 0 ${W} ${H}`,
+    class: 'jp-TorchDist-chart jp-TorchDist-bandChart',
+    role: 'img',
+    'aria-label': 'loss: median and min to max of the ranks'
+  });
+  axes(root, scale);
+  const at = ([x, y]: [number, number]): string => `${scale.sx(x).toFixed(1)},${scale.sy(y).toFixed(1)}`;
+  const area = svg('polygon', {
+    points: [...highs.map(at), ...lows.slice().reverse().map(at)].join(' '),
+    fill: PALETTE[0],
+    'fill-opacity': 0.18,
+    stroke: 'none',
+    class: 'jp-TorchDist-bandArea'
+  });
+  const areaTitle = svg('title', {});
+  areaTitle.textContent = 'min to max of the ranks';
+  area.appendChild(areaTitle);
+  root.appendChild(area);
+  root.appendChild(curve({ rank: 0, points: medians, label: 'median of the ranks' }, PALETTE[0], false, scale));
+  return root;
+}

@@ -5,6 +5,7 @@ import { cleanPoints, ISeries, lossChart, PALETTE } from './chart';
 import { details, el, isObject, rankId } from './dom';
 import { num, str } from './format';
 import { IViewState, KIND_LABEL, P } from './model';
+import { echoesOf } from './summary';
 import { IRankSnapshot, IRunError } from './types';
 
 function whereLine(error: IRunError): HTMLElement {
@@ -46,7 +47,7 @@ function secondaries(error: IRunError, state: IViewState): HTMLElement | null {
 }
 
 /** The root cause: where, what, its traceback; the other ranks' failures folded away below. */
-export function failure(error: IRunError, state: IViewState): HTMLElement {
+export function failure(error: IRunError, state: IViewState, many = false): HTMLElement {
   const box = el('div', `${P}-error`);
   box.dataset.k = 'error';
   box.appendChild(whereLine(error));
@@ -55,7 +56,8 @@ export function failure(error: IRunError, state: IViewState): HTMLElement {
   if (tb) {
     box.appendChild(el('pre', `${P}-traceback`, tb));
   }
-  const more = secondaries(error, state);
+  // A many-rank run's other failures come grouped by what they say, not one by one.
+  const more = (many ? echoesOf(error) : null) ?? secondaries(error, state);
   if (more) {
     box.appendChild(more);
   }

@@ -72,10 +72,16 @@ export function rate(value: unknown): string {
   return `${n.toFixed(digits)} it/s`;
 }
 
-/** `1,234` */
+const GROUPED = new Intl.NumberFormat('en-US', { maximumFractionDigits: 0 });
+
+/** `1,234` (one formatter for all: `toLocaleString` builds one per call, slow in a 1,024-rank redraw) */
 export function count(value: unknown): string {
   const n = num(value);
-  return n === null ? '0' : Math.round(n).toLocaleString('en-US');
+  if (n === null) {
+    return '0';
+  }
+  const whole = Math.round(n);
+  return Math.abs(whole) < 1000 ? String(whole) : GROUPED.format(whole);
 }
 
 /** Cut a string to `max` characters with an ellipsis. */

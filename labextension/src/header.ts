@@ -145,7 +145,9 @@ export function header(
     head.appendChild(el('div', `${P}-notice`, str(notice)));
   }
   const chips = el('div', `${P}-chips`);
-  stateChips(ranks, chips);
+  if (!isObject(snap.summary)) {
+    stateChips(ranks, chips); // a many-rank run counts its ranks in its overview (`summary.ts`)
+  }
   optionChips(snap.options, chips);
   head.appendChild(chips);
   return head;

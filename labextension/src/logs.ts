@@ -34,7 +34,7 @@ function logInfo(r: IRankSnapshot | undefined, id: number, tail: unknown[], stat
   return info;
 }
 
-function logBody(
+export function logBody(
   r: IRankSnapshot | undefined,
   id: number,
   state: IViewState,

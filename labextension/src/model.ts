@@ -45,6 +45,14 @@ export interface IViewState {
   logRank: number | null;
   /** Show every log line of the snapshot at full height. */
   logAll: boolean;
+  /** Many-rank runs (`summary.ts`, `paged.ts`): the table's page (0-based), its search text and sort... */
+  page: number;
+  search: string;
+  /** A column of the paged table ("step", "rate", "loss"); null: by rank. */
+  sort: string | null;
+  sortDesc: boolean;
+  /** ... and the rank whose details are open (null: none). */
+  openRank: number | null;
 }
 
 /** What the Stop control shows. */
@@ -57,8 +65,10 @@ export interface ILiveOptions {
   stacks?: StopState;
   /** Seconds since the snapshot arrived: clocks of a running run keep ticking. */
   extra: number;
+  /** A many-rank run's table, synced apart from the snapshot (less often); used instead of the snapshot's. */
+  table?: unknown;
 }
 
 export function emptyState(): IViewState {
-  return { details: {}, logRank: null, logAll: false };
+  return { details: {}, logRank: null, logAll: false, page: 0, search: '', sort: null, sortDesc: false, openRank: null };
 }

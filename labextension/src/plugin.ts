@@ -3,7 +3,8 @@
  * buttons (see `stop.ts`, `stacks.ts`): a stop event from inside a notebook
  * interrupts that notebook's kernel (a background run's: asks the kernel, over
  * its control channel, to stop that run only); a stacks event asks it, over
- * its control channel (`control.ts`), for every rank's stack. When a background
+ * its control channel (`control.ts`), for every rank's stack; a focus event (a rank
+ * opened in a many-rank run's view, `paged.ts`) asks it the same way for that rank's full row. When a background
  * run (or a sweep) has ended, its report event puts the report in the view's
  * place in the notebook (`report.ts`), so the saved notebook holds the report.
  *
@@ -14,6 +15,7 @@
 import { Widget } from '@lumino/widgets';
 
 import { IControlKernel, sendRequest } from './control';
+import { FOCUS_EVENT } from './paged';
 import { replaceOutput } from './report';
 import { STACKS_EVENT } from './stacks';
 import { REPORT_EVENT, STOP_EVENT, STOP_FLAG } from './stop';
@@ -104,6 +106,20 @@ const plugin = {
       const kernel = node ? kernelFor(app, node) : null;
       const run = runOf(event);
       if (kernel && sendRequest(kernel, run === null ? { want: 'stacks' } : { want: 'stacks', run })) {
+        event.preventDefault();
+      }
+    });
+    document.addEventListener(FOCUS_EVENT, event => {
+      const node = origin(event);
+      const kernel = node ? kernelFor(app, node) : null;
+      const run = runOf(event);
+      const raw = (event as CustomEvent<{ ranks?: unknown }>).detail?.ranks;
+      const ranks = Array.isArray(raw) ? raw.filter(r => Number.isInteger(r)) : [];
+      const content: Record<string, unknown> = { want: 'focus', ranks };
+      if (run !== null) {
+        content.run = run;
+      }
+      if (kernel && sendRequest(kernel, content)) {
         event.preventDefault();
       }
     });

@@ -72,7 +72,7 @@ function stackOf(p: IPlace): HTMLElement {
   return pre;
 }
 
-function rankPlace(id: number, p: IPlace): HTMLElement {
+export function rankPlace(id: number, p: IPlace): HTMLElement {
   const box = el('div', `${P}-place`);
   box.dataset.rank = String(id);
   const head = el('div', `${P}-placeHead`);

@@ -89,6 +89,66 @@ export interface IRunError {
   summary?: string;
   traceback?: string;
   secondary?: ISecondaryError[];
+  /** The other ranks' failures grouped by what they say, most ranks first. */
+  echoes?: IGroup[];
+}
+
+/** One measure over the ranks that report it (min, 25th percentile, median, 75th percentile, max). */
+export interface IQuantile {
+  /** "step", "rate", "loss", "cpu_pct", "rss", "input_wait" or a reported metric. */
+  name?: string;
+  q?: number[];
+  /** Ranks that report it. */
+  n?: number;
+}
+
+/** The ranks of one host. */
+export interface IHostGroup {
+  host?: string;
+  ranks?: number;
+  /** Ranks by state. */
+  counts?: Record<string, number>;
+  /** The median step of its ranks. */
+  step?: number | null;
+  /** Their median rate. */
+  rate?: number | null;
+}
+
+/** A rank worth a look, and why. */
+export interface IOutlier {
+  rank?: number;
+  host?: string;
+  /** failed, paused, stalled, behind, slowest, waiting on input. */
+  why?: string;
+  detail?: string;
+}
+
+/** Ranks that say the same thing (where they wait; the same echo of a failure), counted, not listed. */
+export interface IGroup {
+  summary?: string;
+  ranks?: number;
+  /** The first few of them. */
+  sample?: number[];
+}
+
+/** A many-rank run at a glance (runs of more than 64 ranks). */
+export interface ISummary {
+  counts?: Record<string, number>;
+  quantiles?: IQuantile[];
+  /** [median step, min, median, max] of the ranks' latest loss, over the run. */
+  loss_band?: number[][];
+  hosts?: IHostGroup[];
+  outliers?: IOutlier[];
+  places?: IGroup[];
+}
+
+/** Every rank in a few columns: [rank, host index, state index, step, rate, loss], by rank. */
+export interface ITable {
+  /** "rank", "host", "state", "step", "rate", "loss". */
+  columns?: string[];
+  hosts?: string[];
+  states?: string[];
+  rows?: unknown[][];
 }
 
 /** The whole run. */
@@ -113,6 +173,10 @@ export interface IRunSnapshot {
   run_id?: number | null;
   /** The notebook went on while it ran: its Stop stops this run only (not the kernel's cell). */
   background?: boolean;
+  /** Runs of more than 64 ranks: `ranks` then holds only the failed, outlier and asked-for ranks... */
+  summary?: ISummary | null;
+  /** ... and `table` every rank. */
+  table?: ITable | null;
 }
 
 /** One run of a sweep, as the comparison view's row shows it (rank 0's progress and metrics). */

@@ -32,7 +32,7 @@ export function usageColumns(ranks: IRankSnapshot[]): string[] {
   return cols;
 }
 
-function pct(value: unknown): string {
+export function pct(value: unknown): string {
   const n = num(value);
   return n === null ? DASH : `${n.toFixed(0)}%`;
 }

@@ -8,6 +8,7 @@
  */
 import { CompareWidget } from './compare_view';
 import { backgroundRun } from './header';
+import { requestFocus } from './paged';
 import { IN_FLIGHT, ILiveOptions, StopState } from './render';
 import { requestStacks } from './stacks';
 import { requestReport, requestStop, stopAvailable } from './stop';
@@ -17,6 +18,8 @@ import { ReportView } from './view';
 /** The parts of anywidget's model we use. */
 export interface IModel {
   get(name: string): unknown;
+  set(name: string, value: unknown): void;
+  save_changes(): void;
   on(event: string, callback: () => void): void;
   off(event: string, callback: () => void): void;
 }
@@ -40,9 +43,11 @@ class LiveWidget {
     el.classList.add('jp-TorchDist', 'jp-TorchDist-widget');
     this.view = new ReportView(el, {
       onStop: button => this.onStop(button),
-      onStacks: button => this.onStacks(button)
+      onStacks: button => this.onStacks(button),
+      onFocus: rank => this.onFocus(rank)
     });
     model.on('change:snapshot', this.onChange);
+    model.on('change:table', this.onChange); // a many-rank run's table comes apart from its snapshot
     model.on('change:report', this.onReport);
     // A view scrolled out of sight (a long notebook) costs nothing until it is seen again.
     this.watcher =
@@ -61,6 +66,7 @@ class LiveWidget {
 
   dispose(): void {
     this.model.off('change:snapshot', this.onChange);
+    this.model.off('change:table', this.onChange);
     this.model.off('change:report', this.onReport);
     this.watcher?.disconnect();
     window.clearInterval(this.tick);
@@ -86,7 +92,8 @@ class LiveWidget {
     const live: ILiveOptions = {
       stop: this.stop,
       stacks: this.stacks,
-      extra: (performance.now() - this.received) / 1000
+      extra: (performance.now() - this.received) / 1000,
+      table: this.model.get('table')
     };
     this.view.render(this.model.get('snapshot'), live);
   };
@@ -121,6 +128,18 @@ class LiveWidget {
   private run(): number | null {
     const snap = this.model.get('snapshot');
     return snap && typeof snap === 'object' ? backgroundRun(snap as IRunSnapshot) : null;
+  }
+
+  /** The user opened a rank of a many-rank run: the kernel sends its full row (log, stack, loss) from now on. */
+  private onFocus(rank: number | null): void {
+    const ranks = rank === null ? [] : [rank];
+    try {
+      this.model.set('focus', ranks);
+      this.model.save_changes(); // reaches the kernel once its shell is free (a background run: at once)
+    } catch (err) {
+      console.warn('jupyter-torchdist: could not ask for the rank', err);
+    }
+    requestFocus(this.el, ranks, this.run()); // reaches a busy kernel (its control channel), through the plugin
   }
 
   private onStop(button: HTMLElement): void {

@@ -26,8 +26,12 @@ def test_hundreds_of_ranks_in_several_processes_report_and_return_rank_0s_value(
     assert result.value == {"rank": 0, "steps": 20}
     snap = result.state.snapshot()
     assert snap["status"] == "succeeded" and snap["world_size"] == n and snap["backend"].startswith("simulated")
-    assert all(r["step"] == r["total"] == 20 and r["state"] == "done" for r in snap["ranks"]), snap["ranks"][:3]
-    assert len({r["host"] for r in snap["ranks"]}) == 4
+    assert all(r.step == r.total == 20 and r.state == "done" for r in result.state.ranks)
+    # a run of this many ranks is drawn as a summary and a compact table of every rank
+    assert snap["summary"]["counts"] == {"done": n} and len(snap["summary"]["hosts"]) == 4
+    table = snap["table"]
+    assert [row[0] for row in table["rows"]] == list(range(n))
+    assert {table["states"][row[2]] for row in table["rows"]} == {"done"} and {row[3] for row in table["rows"]} == {20}
     assert all(len(result.logs[r]) == 2 for r in range(n))  # a line at steps 10 and 20, from every rank
 
 
@@ -38,8 +42,11 @@ def test_the_failing_rank_is_the_root_cause_and_the_others_are_stopped(monkeypat
         jt.run(noop, n=128)
     assert time.monotonic() - t0 < 15  # not the 20 s the ranks would otherwise train
     assert "rank 37" in str(caught.value) and "simulated failure on rank 37" in str(caught.value)
-    states = {r["state"] for r in caught.value.result.state.snapshot()["ranks"] if r["rank"] != 37}
+    states = {r.state for r in caught.value.result.state.ranks if r.rank != 37}
     assert states <= {"stopped", "failed"} and "stopped" in states, states
+    snap = caught.value.result.state.snapshot()
+    assert snap["summary"]["outliers"][0]["rank"] == 37 and snap["summary"]["outliers"][0]["why"] == "failed"
+    assert 37 in {r["rank"] for r in snap["ranks"]}, "the failed rank keeps its full row"
 
 
 def test_a_wrong_specification_is_said_plainly(monkeypatch):

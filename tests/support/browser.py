@@ -28,6 +28,7 @@ NOTEBOOK = "views.ipynb"
 LIVE = ".jp-TorchDist-widget"                          # the anywidget live view
 REPORT = ".jp-TorchDist-report:not(.jp-TorchDist-isLive)"  # the saved report (MIME renderer)
 ROW = ".jp-TorchDist-rank"
+MANY_SPEC = "steps=600,every=0.1,hosts=16,fail_rank=700,fail_at=30"  # what cells 6-8's simulated ranks do
 
 CELLS = [
     "%load_ext jupyter_torchdist",
@@ -88,6 +89,11 @@ CELLS = [
     "    st.apply(r, 'rank', {'t': 'result', 'repr': repr(step)}, st.now)\n"
     "st.status, st.ended_at = 'succeeded', st.now\n"
     "view.finish(st.snapshot(log_tail=view.log_tail))",
+    # 6-8: 1,024 simulated ranks over 16 hosts (the real kernel side, simulated ranks: launchers/simulated.py);
+    # rank 700 raises 30 s in. A many-rank run is drawn as a summary and a paged table.
+    f"import os\nos.environ['JUPYTER_TORCHDIST_SIMULATE'] = {MANY_SPEC!r}",
+    "%%distribute -n 1024\npass",
+    "del os.environ['JUPYTER_TORCHDIST_SIMULATE']",
 ]
 
 

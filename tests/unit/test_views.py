@@ -9,8 +9,10 @@ from jupyter_torchdist.kernel.state import RunState
 from jupyter_torchdist.views import chart, style
 from jupyter_torchdist.views.report_html import report_html
 from jupyter_torchdist.views.report_text import report_text
-from jupyter_torchdist.views.schema import (LOSS_KEYS, FrameSnapshot, PlaceSnapshot, RankSnapshot, RunErrorSnapshot,
-                                            RunSnapshot, SecondarySnapshot, SweepRunSnapshot, SweepSnapshot)
+from jupyter_torchdist.views.schema import (LOSS_KEYS, FrameSnapshot, GroupSnapshot, HostGroupSnapshot,
+                                            OutlierSnapshot, PlaceSnapshot, QuantileSnapshot, RankSnapshot,
+                                            RunErrorSnapshot, RunSnapshot, SecondarySnapshot, SummarySnapshot,
+                                            SweepRunSnapshot, SweepSnapshot, TableSnapshot)
 from jupyter_torchdist.views.text import TextView
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -70,7 +72,9 @@ def _ts_fields(interface: str) -> set[str]:
 def test_the_front_end_types_mirror_the_snapshot_schema():
     pairs = {"IRunSnapshot": RunSnapshot, "IRankSnapshot": RankSnapshot, "IRunError": RunErrorSnapshot,
              "ISecondaryError": SecondarySnapshot, "IPlace": PlaceSnapshot, "IFrame": FrameSnapshot,
-             "ISweepSnapshot": SweepSnapshot, "ISweepRun": SweepRunSnapshot}
+             "ISweepSnapshot": SweepSnapshot, "ISweepRun": SweepRunSnapshot,
+             "IQuantile": QuantileSnapshot, "IHostGroup": HostGroupSnapshot, "IOutlier": OutlierSnapshot,
+             "IGroup": GroupSnapshot, "ISummary": SummarySnapshot, "ITable": TableSnapshot}
     for ts_name, py in pairs.items():
         assert _ts_fields(ts_name) == set(py.__annotations__), ts_name
 
