@@ -33,6 +33,7 @@ REPORT_MIME = "application/vnd.jupyter-torchdist.run+json"
 REAL_CELL = ("%%distribute -n {n} --local\nimport time, jupyter_torchdist as jt\n"
              "for step in range({steps}):\n    jt.report(step=step + 1, total={steps}, loss=1.0 / (step + 1))\n"
              "    if step % 10 == 9:\n        print('step', step + 1)\n    time.sleep({every})\n1")
+TARGET_N = 1024  # the CPU, start, failure and interrupt targets are the at 1,024 simulated ranks
 SIM_CELL = "%%distribute -n {n}\n1"
 TIMES = ("import jupyter_torchdist as jt, json\nr = jt.last_run()\n"
          "s = r.state\nstarted = [x.started_at for x in s.ranks if x.started_at is not None]\n"
@@ -43,8 +44,8 @@ TIMES = ("import jupyter_torchdist as jt, json\nr = jt.last_run()\n"
 
 def parse_args() -> argparse.Namespace:
     ap = common.parser(__doc__)
-    ap.add_argument("--sim", default="64,256,1024")
-    ap.add_argument("--real", default="8,32")
+    ap.add_argument("--sim", default="64,256,1024,4096")
+    ap.add_argument("--real", default="8,32,128")
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--every", type=float, default=0.1)
     return ap.parse_args()
@@ -168,7 +169,7 @@ def main() -> None:
         rows.append(one(n, False, args))
     for n in [int(x) for x in args.sim.split(",") if x]:
         rows.append(one(n, True, args))
-    largest = [int(x) for x in args.sim.split(",") if x][-1:]
+    largest = [n for n in (int(x) for x in args.sim.split(",") if x) if n <= TARGET_N][-1:]
     fails = [one(n, True, args, fail=True) for n in largest]
     stops = [one(n, True, args, interrupt=True) for n in largest]
     print(common.table(
@@ -185,7 +186,7 @@ def main() -> None:
     for s in stops:
         print(f"{s['n']} simulated ranks interrupted 3 s after they all ran: the cell ended {s['interrupt_s']:.2f} s "
               f"after the interrupt, with {s['error']!r}")
-    biggest = rows[-1]
+    biggest = max((r for r in rows if r["n"] <= TARGET_N), key=lambda r: (r["simulated"], r["n"]))
     nan = float("nan")
     kv = {"widget_kbs_max": max(r["widget_kbs"] for r in rows), "report_kb_max": max(r["report_kb"] for r in rows),
           "cpu_share_largest": biggest["cpu_share"], "start_s_largest": biggest["start_s"] or nan,

@@ -16,7 +16,7 @@ from .. import contract as C
 from ..contract import Inbound
 from ..errors import RunError
 from ..options import RunOptions
-from .supervisor import ECHO_GRACE_S, SILENCE_S, Supervisor
+from .supervisor import ECHO_GRACE_S, Supervisor
 
 __all__ = ["KeptSupervisor", "KEEP_GRACE_S", "SURVIVED", "STOPPED"]
 
@@ -76,7 +76,7 @@ class KeptSupervisor(Supervisor):
         return self.state.settled or now - self.broken_at > BREAK_LIMIT_S
 
     def tick(self, now: float) -> None:
-        if self.broken is None and (silent := self.state.lose_silent(now, SILENCE_S)):
+        if self.broken is None and (silent := self.silent(now)):
             lost = min((f for f in self.state.failures.values() if f.kind == "lost"), key=lambda f: f.at)
             self.break_set(f"{lost.label()} {lost.summary}")
             self.launcher.lost_hosts(self.state.lost_hosts(silent))

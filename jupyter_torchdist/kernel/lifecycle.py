@@ -149,7 +149,7 @@ class RunLifecycle:
 
     def lose_silent(self, at: float, after_s: float) -> list[RankState]:
         """Ranks heard from and then silent for ``after_s`` seconds are lost, each named; returns them."""
-        silent = [(rs, rs.silent_for(at)) for rs in self.ranks if rs.silent_for(at) >= after_s]
+        silent = [(rs, waited) for rs in self.ranks if (waited := rs.silent_for(at)) >= after_s]
         for rs, waited in silent:
             self.record(rs, rs.on_silence(waited, at))
         return [rs for rs, _ in silent]
@@ -198,6 +198,10 @@ class RunLifecycle:
 
     def hellos_complete(self) -> bool:
         return all(r.said_hello for r in self.ranks)
+
+    def all_ended(self) -> bool:
+        """Every rank ended (cheap while some run: it stops at the first of them)."""
+        return not any(r.state not in FINAL for r in self.ranks)
 
     def running_ranks(self) -> list[int]:
         return [r.rank for r in self.ranks if r.state not in FINAL]

@@ -26,6 +26,7 @@ from ..options import RunOptions
 from ..views import RunView
 from ..rendezvous import plan_rendezvous
 from .debugging import Debugging
+from .rank_state import RankState
 from .state import RunState
 
 __all__ = ["Supervisor", "plain_sigint", "FRAME_S"]
@@ -61,6 +62,7 @@ class Supervisor:
         self.last_frame = 0.0
         self.frame_s = FRAME_S  # the view may ask for a slower pace (its byte budget)
         self.focus: frozenset[int] = frozenset()  # ranks the view opened, asked over the control channel
+        self.silence_checked = 0.0
         self.data: Any = None  # the run's data.service.DataService: answers batches() requests
         self.debugging = Debugging(self)  # where each rank is; the ranks' pdb in the notebook
 
@@ -88,7 +90,7 @@ class Supervisor:
             self.frame_s = 0.0  # the root cause is drawn at once, whatever pace the view asked for
         if any(not f.secondary for f in self.state.failures.values()) and not self.debugging.holding():
             self.stop("failed")
-        if t in (C.RESULT, C.FAILED) and not self.released and not self.state.running_ranks():
+        if t in (C.RESULT, C.FAILED) and not self.released and self.state.all_ended():
             self._release(range(self.state.world_size))
 
     def _release(self, ranks: Any) -> None:
@@ -137,6 +139,13 @@ class Supervisor:
             self.launcher.cancel()
 
     # -- time ----------------------------------------------------------------------------------------
+    def silent(self, now: float) -> list[RankState]:
+        """Ranks silent past ``SILENCE_S``, now lost: looked for once a second (it looks at every rank)."""
+        if now - self.silence_checked < 1.0:
+            return []
+        self.silence_checked = now
+        return self.state.lose_silent(now, SILENCE_S)
+
     def finished(self, now: float) -> bool:
         ended = self.state.job_ended_at
         if ended is None:
@@ -144,7 +153,7 @@ class Supervisor:
         return self.state.settled or now - ended > SETTLE_GRACE_S
 
     def tick(self, now: float) -> None:
-        if self.stop_at is None and (silent := self.state.lose_silent(now, SILENCE_S)):
+        if self.stop_at is None and (silent := self.silent(now)):
             self.stop("failed")
             self.cancel()  # the lost rank's task cannot be told to stop: only the launcher ends it
             self.launcher.lost_hosts(self.state.lost_hosts(silent))  # no later run is placed there

@@ -82,6 +82,7 @@ class RankClient:
         self._queued = 0   # messages ever put in _logs (a position, for send_final's wait)
         self._sent = 0     # ... of which the sender has written (or given up on) this many
         self._urgent = False
+        self._asleep = False   # the sender waits for anything at all: the next post wakes it
         self._closing = False
         self._broken = False
         self._thread = threading.Thread(target=self._run, name="jtd-sender", daemon=True)
@@ -93,13 +94,13 @@ class RankClient:
             if len(self._progress) == PROGRESS_QUEUE:
                 self.dropped_progress += 1
             self._progress.append(msg)
-            self._cond.notify()
+            self._wake()
 
     def post_usage(self, msg: C.UsageMsg) -> None:
         """Leave the latest usage reading to go with the next batch (an unsent older one is replaced)."""
         with self._cond:
             self._usage = msg
-            self._cond.notify()
+            self._wake()
 
     def post(self, msg: C.RankMessage, *, urgent: bool = False) -> None:
         """Queue a message that must arrive (a state change), in order with the logs; ``urgent`` skips the
@@ -108,7 +109,10 @@ class RankClient:
             self._logs.append(msg)
             self._queued += 1
             self._urgent = self._urgent or urgent
-            self._cond.notify()
+            if urgent:
+                self._cond.notify()
+            else:
+                self._wake()
 
     def post_log(self, stream: C.Stream, text: str, at: float) -> None:
         """Queue a log line; past the byte budget lines are counted (and the kernel told), not kept."""
@@ -116,11 +120,16 @@ class RankClient:
             if self._log_bytes + len(text) > LOG_BUDGET_BYTES:
                 self.dropped_log_lines += 1
                 self.dropped_log_bytes += len(text)
-                self._cond.notify()
+                self._wake()
                 return
             self._log_bytes += len(text)
             self._logs.append({"t": C.LOG, "stream": stream, "text": text, "at": at})
             self._queued += 1
+            self._wake()
+
+    def _wake(self) -> None:
+        """Wake the sender if it waits for anything at all (under the lock)."""
+        if self._asleep:
             self._cond.notify()
 
     def _dropped_notice(self) -> list[C.DroppedMsg]:
@@ -136,9 +145,14 @@ class RankClient:
         with self._cond:
             while not self._closing:
                 left = not_before - time.monotonic()
-                if (self._progress or self._logs or self._finals or self._usage) and (left <= 0 or self._urgent):
+                queued = bool(self._progress or self._logs or self._finals or self._usage)
+                if queued and (left <= 0 or self._urgent):
                     break
-                self._cond.wait(left if left > 0 else None)  # a rate limit, cut short by send_final
+                # With something queued the sender wakes at its time anyway: a post need not wake it (a rank's
+                # every report() would otherwise be a thread switch), only an urgent one or send_final does.
+                self._asleep = not queued
+                self._cond.wait(left if queued else None)
+                self._asleep = False
             if not (self._progress or self._logs or self._finals or self._usage):
                 return None
             usage: list[C.RankMessage] = [self._usage] if self._usage is not None else []

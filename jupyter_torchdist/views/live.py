@@ -41,6 +41,7 @@ CSS = STATIC / "widget.css"
 SNAPSHOT_BYTES_S: Final = 100_000  # the snapshot trait's bytes a second, at most (about 10 frames of 10 KB)
 TABLE_BYTES_S: Final = 40_000      # the many-rank table's
 TABLE_MIN_S: Final = 1.0           # ... sent at most once a second
+MANY_FRAME_S: Final = 0.25         # a many-rank run's frames: each is O(ranks) to make
 
 
 def live_available() -> bool:
@@ -133,6 +134,8 @@ class LiveView:
                 self._table_due, self._table_held = now + max(TABLE_MIN_S, _size(table) / TABLE_BYTES_S), False
             else:
                 self._table_held = True
+        if live.get("summary") is not None:  # a many-rank run: a summary four times a second is plenty
+            hold = max(hold or 0.0, MANY_FRAME_S)
         if self._table_held:  # come back when the table may go
             return max(hold or 0.0, self._table_due - now)
         return hold if hold is not None and hold > 0.1 else None  # a small frame: the usual pace

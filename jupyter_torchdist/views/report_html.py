@@ -25,7 +25,9 @@ _PRE: Final = (f"margin:0;padding:6px 8px;font-family:{_MONO};font-size:12px;lin
                "border:1px solid #8883;border-radius:3px;background:#8881;overflow:auto;white-space:pre")
 _TITLE: Final = "font-size:11px;font-weight:600;letter-spacing:.04em;text-transform:uppercase;color:#888"
 _TH: Final = "text-align:left;padding:5px 10px;font-size:11px;color:#888;text-transform:uppercase;white-space:nowrap"
-_TD: Final = "padding:4px 10px;border-top:1px solid #8883;white-space:nowrap"
+_TD: Final = "padding:4px 10px"  # the row draws the line above it, the table keeps cells on one line (a row per rank:
+#                                   its bytes count in the report's budget)
+_TR: Final = "border-top:1px solid #8883"
 _BOX: Final = "border:1px solid #8884;border-radius:4px;padding:6px 10px 8px;min-width:0"
 _BAD: Final = colour("failed")
 _RIGHT: Final = {"Rank", "Rate", "Elapsed", "Exit", "CPU", "Mem", "GPU", "Input wait"}
@@ -37,11 +39,6 @@ def _columns(usage: list[str]) -> tuple[str, ...]:
 
 def _e(value: Any) -> str:
     return html.escape("" if value is None else str(value), quote=True)
-
-
-def _pill(text: str, c: str) -> str:
-    return (f'<span style="display:inline-block;padding:0 7px;border-radius:9px;font-size:11px;font-weight:600;'
-            f'line-height:17px;color:{c};background:{c}1f;border:1px solid {c}55">{_e(text)}</span>')
 
 
 def report_html(snapshot: Mapping[str, Any]) -> str:
@@ -146,10 +143,10 @@ def _row(r: RankSnapshot, root: int | None, usage: list[str]) -> str:
     note = r["error"] or r["last_line"]
     bg = f"background:{_BAD}0a;" if r["state"] == "failed" else ""
     edge = f"box-shadow:inset 3px 0 0 {_BAD};" if r["rank"] == root else ""
-    mono = f"font-family:{_MONO};font-size:12px"
-    return (f'<tr style="{bg}"><td style="{_TD};{edge}text-align:right;font-weight:600">{_e(r["rank"])}</td>'
+    mono = "font-family:monospace;font-size:12px"
+    return (f'<tr style="{_TR};{bg}"><td style="{_TD};{edge}text-align:right;font-weight:600">{_e(r["rank"])}</td>'
             f'<td style="{_TD};{mono}">{_e(clip(r["host"], 32) or DASH)}</td>'
-            f'<td style="{_TD}">{_pill(r["state"], c)}</td>'
+            f'<td style="{_TD};color:{c};font-weight:600">{_e(r["state"])}</td>'
             f'<td style="{_TD}">{_bar(frac, c)}<span style="font-size:11px;color:#888">{_e(prog)}</span></td>'
             f'<td style="{_TD};text-align:right">{_e(rate(r["rate"]))}</td>{_usage_tds(r, usage)}'
             f'<td style="{_TD};{mono}">{_e(metrics_text(r, 80) or DASH)}</td>'
@@ -164,8 +161,8 @@ def _table(ranks: list[RankSnapshot], root: int | None) -> str:
     head = "".join(f'<th style="{_TH}{";text-align:right" if h in _RIGHT else ""}">{h}</th>' for h in _columns(usage))
     rows = "".join(_row(r, root, usage) for r in ranks)
     return (f'<div style="margin-top:10px;max-height:22em;overflow:auto;border:1px solid #8884;border-radius:4px">'
-            f'<table style="border-collapse:collapse;width:100%;font-size:13px;font-variant-numeric:tabular-nums">'
-            f'<thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table></div>')
+            f'<table style="border-collapse:collapse;width:100%;font-size:13px;font-variant-numeric:tabular-nums;'
+            f'white-space:nowrap"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table></div>')
 
 
 def _rank_log(r: RankSnapshot, root: int | None) -> str:

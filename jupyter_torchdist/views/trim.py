@@ -48,8 +48,8 @@ class Budget:
     many_curve_max: int = 60      # ... and loss-curve points per featured rank (the band shows the rest)
 
 
-REPORT: Final = Budget(log_lines=50, log_chars=200_000, log_min_chars=2_000, line_chars=500,
-                       curve_points=1 << 20, curve_min=200, curve_max=200, last_line_chars=SHORT_CHARS)
+REPORT: Final = Budget(log_lines=50, log_chars=120_000, log_min_chars=1_000, line_chars=500,
+                       curve_points=3_200, curve_min=24, curve_max=200, last_line_chars=SHORT_CHARS)
 LIVE: Final = Budget(log_lines=40, log_chars=48_000, log_min_chars=600, line_chars=500,
                      curve_points=1_600, curve_min=24, curve_max=200, last_line_chars=160, stack_frames=256,
                      many_log_chars=12_000, many_curve_max=40)

@@ -85,6 +85,7 @@ def test_ranks_on_two_hosts_form_the_group_whatever_their_names_resolve_to(hosts
     print(f"[{layout}] across two hosts: first {r['seconds']:.2f} s, rerun {rerun['seconds']:.2f} s")
 
 
+@pytest.mark.parametrize("hosts", ["debian"], indirect=True)  # one layout is enough: the group forms on both above
 def test_kept_ranks_batches_and_a_remote_failure_across_hosts(hosts):
     made, kernel, layout = hosts
     r = kernel.execute(f"%%distribute -n 2 --keep\nx = 41\n{ALL_REDUCE}", timeout=180)
@@ -114,6 +115,7 @@ def test_kept_ranks_batches_and_a_remote_failure_across_hosts(hosts):
     assert r["status"] == "error" and "rank 1 on tdh" in text and "ZeroDivisionError" in text, text
 
 
+@pytest.mark.parametrize("hosts", ["resolving"], indirect=True)  # one layout is enough
 def test_a_script_and_the_torch_distributor_class_across_hosts(hosts, tmp_path):
     made, kernel, layout = hosts
     script = tmp_path / "train.py"  # the executors share this machine's file system: no shipping needed

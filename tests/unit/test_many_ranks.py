@@ -148,3 +148,22 @@ def test_the_live_view_paces_itself_by_bytes_and_sends_the_table_less_often():
     assert hold is not None and 0 < hold <= TABLE_MIN_S, "and the supervisor comes back for it"
     view.widget.focus = [5]
     assert view.focus == {5}
+
+
+def test_the_report_of_64_ranks_drawn_one_by_one_stays_within_300_kb():
+    st = RunState(64, title="%%distribute -n 64", backend="simulated", started_at=0.0)
+    for r in range(64):
+        st.apply(r, "rank", {"t": "hello", "host": f"sim-{r // 8:03d}"}, 0.1)
+        st.apply(r, "rank", {"t": "state", "state": "running"}, 0.2)
+        for step in range(1, 101):
+            st.apply(r, "rank", {"t": "progress", "step": step, "total": 100, "at": step / 10,
+                                 "metrics": {"loss": 0.123456 / step}}, step / 10)
+            if step % 10 == 0:
+                st.apply(r, "rank", {"t": "log", "stream": "stdout", "text": f"step {step}: loss 0.1234"}, step / 10)
+    st.now = 12.0
+    bundle = report_bundle(st.snapshot(log_tail=REPORT.log_lines))
+    assert sum(len(json.dumps(v)) for v in bundle.values()) <= 300_000
+    report = trim_snapshot(st.snapshot())
+    assert report["summary"] is None and len(report["ranks"]) == 64
+    assert all(len(r["loss_history"]) == 50 and len(r["log_tail"]) == 10 for r in report["ranks"]), \
+        "every rank keeps its curve (thinned) and its log"
