@@ -174,19 +174,20 @@ function curve(series: ISeries, colour: string, faint: boolean, s: IScale): SVGE
   return line;
 }
 
+/** An empty chart with its axes for `scale`. */
+function chartRoot(cls: string, label: string, scale: ReturnType<typeof scaleFor>): SVGSVGElement {
+  const root = svg('svg', { viewBox: `0 0 ${W} ${H}`, class: cls, role: 'img', 'aria-label': label });
+  axes(root, scale);
+  return root as SVGSVGElement;
+}
+
 /**
  * Draw the curves. The SVG scales to its container's width (viewBox), the
  * stroke width stays constant.
  */
 export function lossChart(series: ISeries[]): SVGSVGElement {
   const scale = scaleFor(series);
-  const root = svg('svg', {
-    viewBox: `0 0 ${W} ${H}`,
-    class: 'jp-TorchDist-chart',
-    role: 'img',
-    'aria-label': 'loss per rank'
-  });
-  axes(root, scale);
+  const root = chartRoot('jp-TorchDist-chart', 'loss per rank', scale);
   const many = series.length > PALETTE.length;
   series.forEach((s, i) => {
     root.appendChild(curve(s, colourOf(series, i), many, scale));
@@ -223,13 +224,7 @@ export function bandChart(band: BandPoint[]): SVGSVGElement {
     { rank: 0, points: lows },
     { rank: 0, points: highs }
   ]);
-  const root = svg('svg', {
-    viewBox: `0 0 ${W} ${H}`,
-    class: 'jp-TorchDist-chart jp-TorchDist-bandChart',
-    role: 'img',
-    'aria-label': 'loss: median and min to max of the ranks'
-  });
-  axes(root, scale);
+  const root = chartRoot('jp-TorchDist-chart jp-TorchDist-bandChart', 'loss: median and min to max of the ranks', scale);
   const at = ([x, y]: [number, number]): string => `${scale.sx(x).toFixed(1)},${scale.sy(y).toFixed(1)}`;
   const area = svg('polygon', {
     points: [...highs.map(at), ...lows.slice().reverse().map(at)].join(' '),
