@@ -70,6 +70,12 @@ def test_the_views_requests_on_the_control_channel_reach_the_named_run_only():
     assert control._accept({"want": "stop", "run": target.id}) is True
     assert inboxes[target.id].get_nowait().msg["t"] == C.STOP_WANTED and inboxes[bystander.id].empty()
     assert control._accept({"want": "stop", "run": 10**9}) is False and control._accept({"want": "stop"}) is False
+    # a many-rank run's view opened ranks 17 and 3: that run's next frame shows them in full
+    assert control._accept({"want": "focus", "ranks": [17, 3], "run": target.id}) is True
+    assert inboxes[target.id].get_nowait().msg == {"t": C.FOCUS_WANTED, "ranks": [17, 3]}
+    assert control._accept({"want": "focus", "ranks": ["17"], "run": target.id}) is False, "ranks are numbers"
+    assert control._accept({"want": "focus", "ranks": 17, "run": target.id}) is False
+    assert inboxes[target.id].empty() and inboxes[bystander.id].empty()
 
 
 def test_runs_show_as_a_table_in_text_and_html():
