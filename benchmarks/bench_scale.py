@@ -1,8 +1,9 @@
 """Issue 35: how the kernel's side grows with the rank count, in a real kernel (jupyter_client), nothing short-cut.
-    python benchmarks/bench_scale.py [--sim 64,256,1024] [--real 8,32] [--steps 100] [--every 0.1]
+    python benchmarks/bench_scale.py [--sim 64,256,1024,4096] [--real 8,32,128] [--spark 128] [--steps 100]
 
 Simulated ranks (``launchers/simulated.py``: the real channel protocol, no torch) for the large counts, real
-``--local`` gloo ranks for the small ones; every rank reports a loss each ``--every`` seconds for ``--steps`` steps
+``--local`` gloo ranks for the small ones and real ranks as Spark barrier tasks of the embedded session
+(``--spark``); every rank reports a loss each ``--every`` seconds for ``--steps`` steps
 and logs a line every 10 steps. For each N, one ``%%distribute -n N`` cell in a fresh kernel:
 - widget traffic: bytes of widget messages on iopub per second of the run (what the browser receives);
 - saved report: bytes of the report bundle the cell leaves (what the notebook file keeps);
@@ -30,7 +31,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common
 
 REPORT_MIME = "application/vnd.jupyter-torchdist.run+json"
-REAL_CELL = ("%%distribute -n {n} --local\nimport time, jupyter_torchdist as jt\n"
+REAL_CELL = ("%%distribute -n {n}{flags}\nimport time, jupyter_torchdist as jt\n"
              "for step in range({steps}):\n    jt.report(step=step + 1, total={steps}, loss=1.0 / (step + 1))\n"
              "    if step % 10 == 9:\n        print('step', step + 1)\n    time.sleep({every})\n1")
 TARGET_N = 1024  # the CPU, start, failure and interrupt targets are the issue's at 1,024 simulated ranks
@@ -46,6 +47,7 @@ def parse_args() -> argparse.Namespace:
     ap = common.parser(__doc__)
     ap.add_argument("--sim", default="64,256,1024,4096")
     ap.add_argument("--real", default="8,32,128")
+    ap.add_argument("--spark", default="128", help="real ranks as Spark barrier tasks of the embedded session")
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--every", type=float, default=0.1)
     return ap.parse_args()
@@ -122,8 +124,10 @@ def _fail_at(args: argparse.Namespace) -> float:
     return round(args.steps * args.every / 3, 2)
 
 
-def one(n: int, simulated: bool, args: argparse.Namespace, fail: bool = False, interrupt: bool = False
-        ) -> dict[str, Any]:
+def one(n: int, simulated: bool, args: argparse.Namespace, fail: bool = False, interrupt: bool = False,
+        spark: bool = False) -> dict[str, Any]:
+    """One row: ``n`` ranks, simulated or real (``--local`` processes, or Spark barrier tasks of the embedded session
+    with ``spark``, whose session is started and warmed by a first small run before the measured one)."""
     import psutil
 
     steps = args.steps * 10 if interrupt else args.steps
@@ -134,16 +138,21 @@ def one(n: int, simulated: bool, args: argparse.Namespace, fail: bool = False, i
     ks = common.KernelSession(env=env)
     try:
         ks.run("%load_ext jupyter_torchdist")
+        if spark:
+            ks.run("%%distribute -n 2\n1")
         kernel = psutil.Process(ks.km.provisioner.process.pid)  # type: ignore[union-attr]
         rss0, cpu0 = kernel.memory_info().rss, sum(kernel.cpu_times()[:2])
-        code = (SIM_CELL if simulated else REAL_CELL).format(n=n, steps=args.steps, every=args.every)
+        code = (SIM_CELL if simulated else REAL_CELL).format(n=n, steps=args.steps, every=args.every,
+                                                             flags="" if spark else " --local")
         out = _cell(ks, code, interrupt_s=3.0 if interrupt else None)
         cpu = sum(kernel.cpu_times()[:2]) - cpu0
         rss = kernel.memory_info().rss - rss0
         start, failed_at = _times(ks)
         named = None if out["named_at"] is None or failed_at is None else out["named_at"] - failed_at
-        return {"n": n, "simulated": simulated, "seconds": out["seconds"], "widget_kbs": out["widget"] / 1000 /
-                out["seconds"], "report_kb": out["report"] / 1000, "cpu_share": cpu / out["seconds"],
+        kind = "simulated" if simulated else "real, Spark tasks" if spark else "real --local"
+        return {"n": n, "simulated": simulated, "kind": kind, "seconds": out["seconds"],
+                "widget_kbs": out["widget"] / 1000 / out["seconds"], "report_kb": out["report"] / 1000,
+                "cpu_share": cpu / out["seconds"],
                 "mb_per_rank": rss / n / 2**20, "start_s": start, "error": out["error"], "named_s": named,
                 "interrupt_s": out["interrupt_s"]}
     finally:
@@ -167,6 +176,8 @@ def main() -> None:
     rows: list[dict[str, Any]] = []
     for n in [int(x) for x in args.real.split(",") if x]:
         rows.append(one(n, False, args))
+    for n in [int(x) for x in args.spark.split(",") if x]:
+        rows.append(one(n, False, args, spark=True))
     for n in [int(x) for x in args.sim.split(",") if x]:
         rows.append(one(n, True, args))
     largest = [n for n in (int(x) for x in args.sim.split(",") if x) if n <= TARGET_N][-1:]
@@ -175,7 +186,7 @@ def main() -> None:
     print(common.table(
         ["ranks", "kind", "run s", "widget KB/s", "report KB", "kernel CPU (cores)", "kernel MB/rank", "start s",
          "outcome"],
-        [[r["n"], "simulated" if r["simulated"] else "real --local", f"{r['seconds']:.1f}", f"{r['widget_kbs']:.0f}",
+        [[r["n"], r["kind"], f"{r['seconds']:.1f}", f"{r['widget_kbs']:.0f}",
           f"{r['report_kb']:.0f}", f"{r['cpu_share']:.2f}", f"{r['mb_per_rank']:.2f}",
           "-" if r["start_s"] is None else f"{r['start_s']:.1f}", (r["error"] or "ok")[:70]] for r in rows]))
     for f in fails:
