@@ -11,9 +11,15 @@ about 320,000 objects (0.15 s in a fresh worker); a profile of a data epoch on a
 3.5 s of its workers' CPU there, more than a tenth of it. Frozen objects are never freed, which is right for
 modules that live as long as the worker, and forked workers then also leave their pages shared with the
 daemon instead of writing GC bookkeeping into them.
+
+``SIGUSR1`` asks the daemon (not its workers) to give its file-backed pages back (``_pages``): an idle notebook's
+release sends it once the idle workers are gone (``launchers.idle_release``).
 """
 import gc
+import os
+import signal
 
+from jupyter_torchdist._pages import give_back_file_pages
 from jupyter_torchdist.rank.agent import preload
 
 preload()
@@ -24,6 +30,18 @@ for _optional in ("pyarrow", "pandas"):
         pass
 gc.collect()
 gc.freeze()
+_DAEMON_PID = os.getpid()
+
+
+def _give_back(signum: int, frame: object) -> None:
+    if os.getpid() == _DAEMON_PID:
+        give_back_file_pages()
+    else:  # a forked worker or rank inherited this handler: the signal means there what it always meant
+        signal.signal(signal.SIGUSR1, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGUSR1)
+
+
+signal.signal(signal.SIGUSR1, _give_back)
 
 if __name__ == "__main__":
     from pyspark.daemon import manager

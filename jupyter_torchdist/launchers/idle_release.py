@@ -4,13 +4,16 @@ Only what makes the next run fast goes, never what holds the notebook's state: t
 that imported torch, 250 MB) unless ranks run on it, and the embedded session's idle Python workers (each a fork of
 Spark's daemon with its own few dozen MB) when no Spark job runs and no kept ranks hold the session's slots; the
 JVM is asked to return its free heap. The embedded session itself, its daemon (so that a run after the release
-forks warm workers again in well under a second) and every kept rank stay. ``release`` says what went;
+forks warm workers again in well under a second) and every kept rank stay; the daemon, alone once its workers are
+gone, gives back its clean file-backed pages (about 100 MB of torch's libraries, read back from disk by the next
+run in about a tenth of a second; ``jupyter_torchdist._pages``). ``release`` says what went;
 ``rewarm`` brings it back in the background, as ``%load_ext`` and the first run would have.
 """
 from __future__ import annotations
 
 import os
 import signal
+import time
 from typing import Any
 
 from . import spark_session
@@ -80,7 +83,33 @@ def _idle_workers_go(session: Any) -> int:
                 killed += 1
             except OSError:
                 pass
+        _pages_back(daemon)
     return killed
+
+
+def _pages_back(daemon: int, wait_s: float = 3.0) -> None:
+    """Once the daemon's workers are gone (a page a worker still maps is kept), ask it to give its file pages back
+    (``SIGUSR1``, handled by ``jupyter_torchdist._daemon``)."""
+    deadline = time.monotonic() + wait_s
+    while _children(daemon) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if _catches(daemon, signal.SIGUSR1):  # not yet (still importing), the signal's default would end it
+        try:
+            os.kill(daemon, signal.SIGUSR1)
+        except OSError:
+            pass
+
+
+def _catches(pid: int, signum: int) -> bool:
+    """Whether ``pid`` has a handler installed for ``signum`` (``SigCgt`` in /proc)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("SigCgt:"):
+                    return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
+    except (OSError, ValueError):
+        pass
+    return False
 
 
 def _children(pid: int) -> list[int]:

@@ -120,6 +120,9 @@ def _embedded_conf(slots: int) -> dict[str, str]:
         # A notebook's driver JVM mostly schedules: the serial collector and a heap that starts small and gives free
         # space back keep it near 300 MB resident instead of nearly 400 (G1 keeps what it once grew to).
         "spark.driver.extraJavaOptions": JVM_OPTIONS,
+        # Spark sizes its RPC dispatcher by the master's cores: local[256] would keep 256 idle threads (about 35 MB
+        # of stacks). Scheduling messages for a notebook's runs need a handful.
+        "spark.rpc.netty.dispatcher.numThreads": str(max(4, os.cpu_count() or 1)),
     }
 
 
