@@ -48,6 +48,9 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--sim", default="64,256,1024,4096")
     ap.add_argument("--real", default="8,32,128")
     ap.add_argument("--spark", default="128", help="real ranks as Spark barrier tasks of the embedded session")
+    ap.add_argument("--sim-spark", default="1024x256",
+                    help="simulated ranks inside Spark barrier tasks of the embedded session, RANKSxTASKS (the Spark "
+                         "launcher's path at scale), each measured running and interrupted")
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--every", type=float, default=0.1)
     return ap.parse_args()
@@ -125,13 +128,16 @@ def _fail_at(args: argparse.Namespace) -> float:
 
 
 def one(n: int, simulated: bool, args: argparse.Namespace, fail: bool = False, interrupt: bool = False,
-        spark: bool = False) -> dict[str, Any]:
+        spark: bool = False, tasks: int = 0) -> dict[str, Any]:
     """One row: ``n`` ranks, simulated or real (``--local`` processes, or Spark barrier tasks of the embedded session
-    with ``spark``, whose session is started and warmed by a first small run before the measured one)."""
+    with ``spark``, whose session is started and warmed by a first small run before the measured one); simulated
+    ranks inside ``tasks`` Spark barrier tasks with ``tasks`` (and ``spark``)."""
     import psutil
 
     steps = args.steps * 10 if interrupt else args.steps
     spec = f"steps={steps},every={args.every},log_every=10,hosts={max(1, n // 8)}"
+    if tasks:
+        spec += f",tasks={tasks}"
     if fail:
         spec += f",fail_rank={n // 2},fail_at={_fail_at(args)}"
     env = {"JUPYTER_TORCHDIST_WARMUP": "0", **({"JUPYTER_TORCHDIST_SIMULATE": spec} if simulated else {})}
@@ -149,7 +155,8 @@ def one(n: int, simulated: bool, args: argparse.Namespace, fail: bool = False, i
         rss = kernel.memory_info().rss - rss0
         start, failed_at = _times(ks)
         named = None if out["named_at"] is None or failed_at is None else out["named_at"] - failed_at
-        kind = "simulated" if simulated else "real, Spark tasks" if spark else "real --local"
+        kind = (f"simulated, in {tasks} Spark tasks" if tasks else "simulated" if simulated
+                else "real, Spark tasks" if spark else "real --local")
         return {"n": n, "simulated": simulated, "kind": kind, "seconds": out["seconds"],
                 "widget_kbs": out["widget"] / 1000 / out["seconds"], "report_kb": out["report"] / 1000,
                 "cpu_share": cpu / out["seconds"],
@@ -180,9 +187,13 @@ def main() -> None:
         rows.append(one(n, False, args, spark=True))
     for n in [int(x) for x in args.sim.split(",") if x]:
         rows.append(one(n, True, args))
+    in_tasks = [tuple(int(v) for v in x.split("x")) for x in args.sim_spark.split(",") if x]
+    for n, tasks in in_tasks:
+        rows.append(one(n, True, args, spark=True, tasks=tasks))
     largest = [n for n in (int(x) for x in args.sim.split(",") if x) if n <= TARGET_N][-1:]
     fails = [one(n, True, args, fail=True) for n in largest]
     stops = [one(n, True, args, interrupt=True) for n in largest]
+    stops += [one(n, True, args, interrupt=True, spark=True, tasks=tasks) for n, tasks in in_tasks]
     print(common.table(
         ["ranks", "kind", "run s", "widget KB/s", "report KB", "kernel CPU (cores)", "kernel MB/rank", "start s",
          "outcome"],
@@ -195,9 +206,9 @@ def main() -> None:
         print(f"{f['n']} simulated ranks, rank {f['n'] // 2} failing {_fail_at(args)} s into its loop: the view named "
               f"it {named} after the failure; the cell ended about {after:.1f} s after it, with {f['error']!r}")
     for s in stops:
-        print(f"{s['n']} simulated ranks interrupted 3 s after they all ran: the cell ended {s['interrupt_s']:.2f} s "
-              f"after the interrupt, with {s['error']!r}")
-    biggest = max((r for r in rows if r["n"] <= TARGET_N), key=lambda r: (r["simulated"], r["n"]))
+        print(f"{s['n']} {s['kind']} ranks interrupted 3 s after they all ran: the cell ended "
+              f"{s['interrupt_s']:.2f} s after the interrupt, with {s['error']!r}")
+    biggest = max((r for r in rows if r["n"] <= TARGET_N), key=lambda r: (r["kind"] == "simulated", r["n"]))
     nan = float("nan")
     kv = {"widget_kbs_max": max(r["widget_kbs"] for r in rows), "report_kb_max": max(r["report_kb"] for r in rows),
           "cpu_share_largest": biggest["cpu_share"], "start_s_largest": biggest["start_s"] or nan,

@@ -12,18 +12,43 @@ about 320,000 objects (0.15 s in a fresh worker); a profile of a data epoch on a
 modules that live as long as the worker, and forked workers then also leave their pages shared with the
 daemon instead of writing GC bookkeeping into them.
 
+Spark's own daemon imports its worker module (``pyspark.worker``) after each fork, so that nothing it imports can
+start a thread before a fork; with pandas and pyarrow already here that care buys nothing, and each fresh worker
+paid about a third of a second of CPU for it: the module and what it imports compiled from source out of
+``pyspark.zip`` (a zip holds no bytecode cache), and then ``importlib.invalidate_caches`` re-reading the directory of
+every zip and jar on the worker's path (Spark's core jar alone lists 6,000 files). So the worker module is imported
+here, once; and where those zips and jars are the installed pyspark's own copies (the pip package, as the embedded
+session and a pip-installed cluster use), they leave the daemon's path and pyspark comes from the installed package
+with its bytecode cache. 256 barrier tasks then start in a fraction of the time (``benchmarks/bench_scale.py``).
+
 ``SIGUSR1`` asks the daemon (not its workers) to give its file-backed pages back (``_pages``): an idle notebook's
 release sends it once the idle workers are gone (``launchers.idle_release``).
 """
 import gc
 import os
 import signal
+import sys
 
-from jupyter_torchdist._pages import give_back_file_pages
-from jupyter_torchdist.rank.agent import preload
+
+def _installed_copies_off_path() -> None:
+    """Drop from ``sys.path`` the zips and jars inside the installed pyspark package (the same code, uncached)."""
+    installed = next((os.path.join(entry, "pyspark") for entry in sys.path
+                      if entry and os.path.isfile(os.path.join(entry, "pyspark", "__init__.py"))), None)
+    if installed is None or "pyspark" in sys.modules:
+        return
+    inside = os.path.realpath(installed) + os.sep
+    sys.path[:] = [entry for entry in sys.path
+                   if not (os.path.isfile(entry) and os.path.realpath(entry).startswith(inside))]
+
+
+_installed_copies_off_path()
+
+from jupyter_torchdist._pages import give_back_file_pages  # noqa: E402
+from jupyter_torchdist.rank.agent import preload  # noqa: E402
 
 preload()
-for _optional in ("pyarrow", "pandas"):
+for _optional in ("pyarrow", "pandas", sys.argv[1] if len(sys.argv) > 1 and sys.argv[1].startswith("pyspark")
+                  else "pyspark.worker"):
     try:
         __import__(_optional)
     except Exception:

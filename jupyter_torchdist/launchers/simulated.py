@@ -11,7 +11,9 @@ Chosen when ``JUPYTER_TORCHDIST_SIMULATE`` is set in the kernel's environment, t
 ``steps=100,every=0.1,log_every=10,hosts=64,fail_rank=17,fail_at=3``: each rank reports progress (and a loss) every
 ``every`` seconds for ``steps`` steps, a log line every ``log_every`` steps, a usage sample every second; ranks
 are spread over ``hosts`` simulated host names; ``fail_rank`` raises at ``fail_at`` seconds. Rank 0's value is
-``{"rank": 0, "steps": steps}``. Registered in ``launchers/__init__.py`` above every other backend.
+``{"rank": 0, "steps": steps}``. With ``tasks=T`` the ranks run inside T Spark barrier tasks of the notebook's session
+instead (``simulated_spark``: the Spark launcher's path at scale). Registered in ``launchers/__init__.py`` above
+every other backend.
 """
 from __future__ import annotations
 
@@ -49,6 +51,7 @@ class SimSpec:
     hosts: int = 1              # simulated host names the ranks are spread over
     fail_rank: int = -1         # this rank raises ...
     fail_at: float = 0.0        # ... this many seconds after it started
+    tasks: int = 0              # >0: the ranks run inside this many Spark barrier tasks (simulated_spark.py)
 
     @staticmethod
     def parse(text: str) -> SimSpec:
@@ -84,13 +87,22 @@ class SimulatedLauncher(Launcher):
     def __init__(self) -> None:
         self._procs: list[subprocess.Popen[bytes]] = []
         self._spec = SimSpec()
+        self._spark: Launcher | None = None   # tasks=T: the ranks are Spark barrier tasks' (simulated_spark.py)
 
     def prepare(self, options: RunOptions) -> LaunchInfo:
         self._spec = SimSpec.parse(os.environ.get(SIMULATE_ENV, ""))
+        if self._spec.tasks > 0:
+            from .simulated_spark import SimulatedSparkLauncher
+
+            self._spark = SimulatedSparkLauncher(self._spec)
+            return self._spark.prepare(options)
         return LaunchInfo(label=f"simulated ranks ({self._spec.hosts} hosts)", channel_host="127.0.0.1",
                           loopback=True, watcher="the simulated agent")
 
     def start(self, plan: RunPlan, inbox: queue.SimpleQueue[Inbound]) -> None:
+        if self._spark is not None:
+            self._spark.start(plan, inbox)
+            return
         ranks = list(range(plan.world_size))
         for first in range(0, len(ranks), PER_PROCESS):
             proc = subprocess.Popen([sys.executable, "-c", _WORKER], stdin=subprocess.PIPE, start_new_session=True)
@@ -106,6 +118,8 @@ class SimulatedLauncher(Launcher):
         inbox.put(Inbound(-1, C.BACKEND, {"t": C.JOB_END, "error": "; ".join(bad) or None}))
 
     def cancel(self) -> None:
+        if self._spark is not None:
+            self._spark.cancel()
         for proc in self._procs:
             if proc.poll() is None:
                 proc.kill()

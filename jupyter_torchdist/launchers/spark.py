@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import queue
 import time
+from collections.abc import Callable
 from typing import Any
 
 from .. import contract as C
@@ -237,9 +238,9 @@ class SparkLauncher(Launcher):
         ssl_note = require_ssl_consent(session_conf(spark), tls_requested(conf.get), options.ssl_switch)
         self._dynamic = not self._local and dynamic_allocation(conf)
         if self._dynamic:
-            _check_dynamic(conf, options.n, options.wait)
+            _check_dynamic(conf, self.tasks_for(options.n), options.wait)
         else:
-            _check_slots(spark, options.n, embedded, options.wait, quiet=options.background)
+            _check_slots(spark, self.tasks_for(options.n), embedded, options.wait, quiet=options.background)
         if options.gpu:
             self._check_gpus(options, conf)
         host = "127.0.0.1" if self._local else (conf.get("spark.driver.host") or "127.0.0.1")
@@ -260,17 +261,25 @@ class SparkLauncher(Launcher):
                               "spark.executor.resource.gpu.amount and spark.executor.resource.gpu.discoveryScript "
                               "when the SparkSession is created.")
 
+    def tasks_for(self, ranks: int) -> int:
+        """How many tasks (and task slots) a run of ``ranks`` ranks takes: one each."""
+        return ranks
+
+    def task(self, plan: RunPlan) -> Callable[[Any], Any]:
+        """What each task runs (its partition id is its rank)."""
+        return functools.partial(_rank_task_dynamic if self._dynamic else _rank_task, plan, self._local_gpus)
+
     def start(self, plan: RunPlan, inbox: queue.SimpleQueue[Inbound]) -> None:
         group = self._group = f"jupyter-torchdist-{plan.run_id}"
         sc = self._spark.sparkContext
         dynamic = self._dynamic
-        task = functools.partial(_rank_task_dynamic if dynamic else _rank_task, plan, self._local_gpus)
+        task, count = self.task(plan), self.tasks_for(plan.world_size)
 
         def job() -> None:
             error = None
             try:
                 sc.setJobGroup(group, f"%%distribute -n {plan.world_size}", interruptOnCancel=True)
-                ranks = sc.parallelize(range(plan.world_size), plan.world_size)
+                ranks = sc.parallelize(range(count), count)
                 ends = (ranks if dynamic else ranks.barrier()).mapPartitions(task).collect()
                 error = _retried(ends)
             except BaseException as exc:
@@ -284,7 +293,7 @@ class SparkLauncher(Launcher):
             inbox.put(Inbound(-1, C.BACKEND, {"t": C.JOB_END, "error": error}))
 
         if plan.keep:
-            hold(plan.run_id, plan.world_size)
+            hold(plan.run_id, count)
         submit_job(job, lane=f"run-{plan.run_id}")  # a lane of its own: runs at once; kept ranks hold it for good
 
     def capacity(self) -> Capacity:

@@ -53,3 +53,25 @@ def test_a_wrong_specification_is_said_plainly(monkeypatch):
     monkeypatch.setenv(SIMULATE_ENV, "steps=10,speed=3")
     with pytest.raises(LaunchError, match="'speed=3' is not one of steps=..., every=..."):
         jt.run(noop, n=2)
+
+
+@pytest.mark.spark
+def test_hundreds_of_simulated_ranks_inside_spark_barrier_tasks_run_fail_and_stop(spark, monkeypatch):
+    """The Spark launcher's own path at scale (the benchmark runs 1,024 ranks in 256 tasks): one barrier job of 32
+    tasks on the embedded session, 16 ranks in each; then the same with a failing rank: named as the root cause,
+    and the barrier job cancelled (every task ends, so the session's slots are free for the next run)."""
+    monkeypatch.setenv(SIMULATE_ENV, "steps=6,every=0.1,log_every=3,hosts=8,tasks=32")
+    result = jt.run_detailed(noop, n=512)
+    assert result.value == {"rank": 0, "steps": 6}
+    snap = result.state.snapshot()
+    assert snap["backend"].startswith("simulated ranks in 32 barrier tasks of spark local[")
+    assert snap["status"] == "succeeded" and snap["summary"]["counts"] == {"done": 512}
+    assert all(len(result.logs[r]) == 2 for r in range(512))
+
+    monkeypatch.setenv(SIMULATE_ENV, "steps=400,every=0.1,tasks=32,fail_rank=300,fail_at=0.5")
+    t0 = time.monotonic()
+    with pytest.raises(RunFailed) as caught:
+        jt.run(noop, n=512)
+    assert time.monotonic() - t0 < 30  # not the 40 s the ranks would otherwise train
+    assert "rank 300" in str(caught.value) and "simulated failure on rank 300" in str(caught.value)
+    assert not spark.sparkContext.statusTracker().getActiveJobsIds(), "the barrier job outlived its run"
