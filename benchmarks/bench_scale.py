@@ -176,6 +176,25 @@ def _times(ks: common.KernelSession) -> tuple[float | None, float | None]:
             return said["start"], said["failed_at"]
 
 
+def _report(rows: list[dict[str, Any]], fails: list[dict[str, Any]], stops: list[dict[str, Any]],
+            args: argparse.Namespace) -> None:
+    """Print the table of rows, then what each failure and interrupt measured."""
+    print(common.table(
+        ["ranks", "kind", "run s", "widget KB/s", "report KB", "kernel CPU (cores)", "kernel MB/rank", "start s",
+         "outcome"],
+        [[r["n"], r["kind"], f"{r['seconds']:.1f}", f"{r['widget_kbs']:.0f}",
+          f"{r['report_kb']:.0f}", f"{r['cpu_share']:.2f}", f"{r['mb_per_rank']:.2f}",
+          "-" if r["start_s"] is None else f"{r['start_s']:.1f}", (r["error"] or "ok")[:70]] for r in rows]))
+    for f in fails:
+        after = f["seconds"] - (f["start_s"] or 0.0) - _fail_at(args)
+        named = "never" if f["named_s"] is None else f"{f['named_s']:.2f} s"
+        print(f"{f['n']} simulated ranks, rank {f['n'] // 2} failing {_fail_at(args)} s into its loop: the view named "
+              f"it {named} after the failure; the cell ended about {after:.1f} s after it, with {f['error']!r}")
+    for s in stops:
+        print(f"{s['n']} {s['kind']} ranks interrupted 3 s after they all ran: the cell ended "
+              f"{s['interrupt_s']:.2f} s after the interrupt, with {s['error']!r}")
+
+
 def main() -> None:
     args = parse_args()
     info = common.begin("bench_scale: the kernel's side as the rank count grows")
@@ -194,20 +213,7 @@ def main() -> None:
     fails = [one(n, True, args, fail=True) for n in largest]
     stops = [one(n, True, args, interrupt=True) for n in largest]
     stops += [one(n, True, args, interrupt=True, spark=True, tasks=tasks) for n, tasks in in_tasks]
-    print(common.table(
-        ["ranks", "kind", "run s", "widget KB/s", "report KB", "kernel CPU (cores)", "kernel MB/rank", "start s",
-         "outcome"],
-        [[r["n"], r["kind"], f"{r['seconds']:.1f}", f"{r['widget_kbs']:.0f}",
-          f"{r['report_kb']:.0f}", f"{r['cpu_share']:.2f}", f"{r['mb_per_rank']:.2f}",
-          "-" if r["start_s"] is None else f"{r['start_s']:.1f}", (r["error"] or "ok")[:70]] for r in rows]))
-    for f in fails:
-        after = f["seconds"] - (f["start_s"] or 0.0) - _fail_at(args)
-        named = "never" if f["named_s"] is None else f"{f['named_s']:.2f} s"
-        print(f"{f['n']} simulated ranks, rank {f['n'] // 2} failing {_fail_at(args)} s into its loop: the view named "
-              f"it {named} after the failure; the cell ended about {after:.1f} s after it, with {f['error']!r}")
-    for s in stops:
-        print(f"{s['n']} {s['kind']} ranks interrupted 3 s after they all ran: the cell ended "
-              f"{s['interrupt_s']:.2f} s after the interrupt, with {s['error']!r}")
+    _report(rows, fails, stops, args)
     biggest = max((r for r in rows if r["n"] <= TARGET_N), key=lambda r: (r["kind"] == "simulated", r["n"]))
     nan = float("nan")
     kv = {"widget_kbs_max": max(r["widget_kbs"] for r in rows), "report_kb_max": max(r["report_kb"] for r in rows),

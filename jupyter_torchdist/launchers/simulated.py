@@ -94,7 +94,7 @@ class SimulatedLauncher(Launcher):
         if self._spec.tasks > 0:
             from .simulated_spark import SimulatedSparkLauncher
 
-            self._spark = SimulatedSparkLauncher(self._spec)
+            self._spark = SimulatedSparkLauncher(self._spec, serve)
             return self._spark.prepare(options)
         return LaunchInfo(label=f"simulated ranks ({self._spec.hosts} hosts)", channel_host="127.0.0.1",
                           loopback=True, watcher="the simulated agent")

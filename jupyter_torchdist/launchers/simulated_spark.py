@@ -22,11 +22,11 @@ from .spark import SparkLauncher
 __all__ = ["SimulatedSparkLauncher"]
 
 
-def _sim_task(plan: RunPlan, spec: Any, per_task: int, _: Any) -> Any:
-    """One barrier task: the ranks ``[p * per_task, (p + 1) * per_task)`` of partition ``p``, simulated."""
+def _sim_task(plan: RunPlan, spec: Any, per_task: int, serve: Callable[[RunPlan, list[int], Any], None],
+              _: Any) -> Any:
+    """One barrier task: the ranks ``[p * per_task, (p + 1) * per_task)`` of partition ``p``, simulated by
+    ``serve`` (``simulated.serve``, handed over by the caller so that this module does not import it back)."""
     from pyspark import BarrierTaskContext
-
-    from jupyter_torchdist.launchers.simulated import serve
 
     first = BarrierTaskContext.get().partitionId() * per_task
     serve(plan, list(range(first, min(plan.world_size, first + per_task))), spec)
@@ -38,9 +38,9 @@ class SimulatedSparkLauncher(SparkLauncher):
 
     name = "simulated-spark"
 
-    def __init__(self, spec: Any) -> None:
+    def __init__(self, spec: Any, serve: Callable[[RunPlan, list[int], Any], None]) -> None:
         super().__init__()
-        self.spec = spec
+        self.spec, self.serve = spec, serve
 
     def prepare(self, options: RunOptions) -> LaunchInfo:
         info = super().prepare(options)
@@ -53,4 +53,4 @@ class SimulatedSparkLauncher(SparkLauncher):
 
     def task(self, plan: RunPlan) -> Callable[[Any], Any]:
         per_task = math.ceil(plan.world_size / self.tasks_for(plan.world_size))
-        return functools.partial(_sim_task, plan, self.spec, per_task)
+        return functools.partial(_sim_task, plan, self.spec, per_task, self.serve)
