@@ -29,19 +29,9 @@ import os
 import signal
 import sys
 
+from jupyter_torchdist._daemon_path import installed_copies_off_path  # imports no pyspark
 
-def _installed_copies_off_path() -> None:
-    """Drop from ``sys.path`` the zips and jars inside the installed pyspark package (the same code, uncached)."""
-    installed = next((os.path.join(entry, "pyspark") for entry in sys.path
-                      if entry and os.path.isfile(os.path.join(entry, "pyspark", "__init__.py"))), None)
-    if installed is None or "pyspark" in sys.modules:
-        return
-    inside = os.path.realpath(installed) + os.sep
-    sys.path[:] = [entry for entry in sys.path
-                   if not (os.path.isfile(entry) and os.path.realpath(entry).startswith(inside))]
-
-
-_installed_copies_off_path()
+installed_copies_off_path(sys.path, "pyspark" in sys.modules)
 
 from jupyter_torchdist._pages import give_back_file_pages  # noqa: E402
 from jupyter_torchdist.rank.agent import preload  # noqa: E402
