@@ -5,8 +5,9 @@ that imported torch, 250 MB) unless ranks run on it, and the embedded session's 
 Spark's daemon with its own few dozen MB) when no Spark job runs and no kept ranks hold the session's slots; the
 JVM is asked to return its free heap. The embedded session itself, its daemon (so that a run after the release
 forks warm workers again in well under a second) and every kept rank stay; the daemon, alone once its workers are
-gone, gives back its clean file-backed pages (about 100 MB of torch's libraries, read back from disk by the next
-run in about a tenth of a second; ``jupyter_torchdist._pages``). ``release`` says what went;
+gone, gives back the clean file-backed pages no other process maps (about 60 MB of torch's libraries for a notebook
+alone; little where other notebooks' daemons share them), read back from disk by the next run in about a tenth of a
+second (``jupyter_torchdist._pages``). ``release`` says what went;
 ``rewarm`` brings it back in the background, as ``%load_ext`` and the first run would have.
 """
 from __future__ import annotations
