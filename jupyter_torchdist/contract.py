@@ -76,7 +76,7 @@ JOB_END: Final = "job_end"      # the launcher's job ended (rank -1)
 DATA_STATUS: Final = "data_status"  # the data service's workers: how many run, rows made (rank -1)
 
 # -- kernel -> rank / agent ----------------------------------------------------------------------------
-RENDEZVOUS: Final = "rendezvous"  # where the store is, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK
+RENDEZVOUS: Final = "rendezvous"  # where the store is, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, the GPUs seen
 RELEASE: Final = "release"        # rank: every rank has ended its cell; you may exit now
 CELL: Final = "cell"              # kept rank: run this payload next, in your namespace
 DATA_PLAN: Final = "data_plan"    # rank: your epoch is planned (steps); data workers are on their way
@@ -98,6 +98,8 @@ class _Hello(TypedDict):
 
 class HelloMsg(_Hello, total=False):
     store_port: int       # rank 0 only
+    gpu: str              # --gpu: the rank's own GPU (a CUDA_VISIBLE_DEVICES entry)
+    scope: str            # --gpu: which GPUs it can open (gpus.device_scope)
 
 
 class StateMsg(TypedDict):
@@ -253,6 +255,7 @@ class RendezvousMsg(TypedDict):
     local_world_size: int
     group_rank: int
     num_hosts: int
+    gpus: list[str]       # --gpu: its CUDA_VISIBLE_DEVICES (LOCAL_RANK indexes its own); else empty
 
 
 class ReleaseMsg(TypedDict):
@@ -369,10 +372,8 @@ class LaunchInfo:
     warnings: tuple[str, ...] = ()      # said once before the run starts (e.g. Spark encrypts, we do not)
     watcher: str = "the agent process"  # what runs beside each rank, in words ("the Spark task")
     lost_hint: str = ""                 # where to look when a watcher is lost ("The executor's log says why.")
-    advertise: tuple[str, int | None] | None = None  # the address ranks dial, where it is not where the kernel
-    #                                                  listens (NAT, a proxy); None for the port: the same port
-    start_bound_s: float | None = None  # the ranks start one by one, not as a gang (dynamic allocation): every
-    #                                     rank must check in within this many seconds, or the run is stopped
+    advertise: tuple[str, int | None] | None = None  # where ranks dial if not where it listens (NAT; None: same port)
+    start_bound_s: float | None = None  # ranks start one by one (dynamic allocation): each checks in by then or stop
     start_hint: str = ""                # why ranks may not start in time there, and what to do
 
 
@@ -393,8 +394,5 @@ BACKEND_SAYS: Final = _kinds(BackendMessage)
 SENDS: Final[dict[str, frozenset[str]]] = {RANK: RANK_SENDS, AGENT: AGENT_SENDS}  # over a connection
 
 # Every (role, type) the kernel can receive. Channel notices come for both connection roles.
-INBOUND: Final = frozenset(
-    {(RANK, t) for t in RANK_SENDS | CHANNEL_SAYS}
-    | {(AGENT, t) for t in AGENT_SENDS | CHANNEL_SAYS}
-    | {(BACKEND, t) for t in BACKEND_SAYS}
-)
+INBOUND: Final = frozenset({(RANK, t) for t in RANK_SENDS | CHANNEL_SAYS} | {(BACKEND, t) for t in BACKEND_SAYS}
+                           | {(AGENT, t) for t in AGENT_SENDS | CHANNEL_SAYS})

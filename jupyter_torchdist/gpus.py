@@ -1,15 +1,28 @@
-"""Which GPU each rank gets. Pure rules, no pyspark, so every launcher (and its tests) can share them.
+"""Which GPUs each rank gets and sees. Pure rules, no pyspark, so every launcher (and its tests) can share them.
 
-A cluster task is handed its GPU by Spark's scheduler (the task's ``gpu`` resource addresses).
-On the kernel's own machine (a ``local[N]`` master, or ``--local``) nobody schedules GPUs, so
-ranks take the kernel's visible GPUs in rank order, as TorchDistributor does on a local master.
+The placement rule, the same on every backend: each rank has a GPU of its own; the ranks of a run that share a host
+(and can open the same devices) all see the GPUs of all of them, in the order of their ranks, so that ``LOCAL_RANK``
+is the index of the rank's own GPU in ``CUDA_VISIBLE_DEVICES`` and ``cuda:LOCAL_RANK`` is that GPU. That is what
+torchrun gives on one host, what the PyTorch tutorials, Horovod, Lightning and DeepSpeed code expect, and what NCCL's
+peer-to-peer paths between a host's GPUs need. Where a rank can open only its own GPU (containers that isolate
+devices), it sees only that one, as device 0 with ``LOCAL_RANK`` 0, as pyspark's TorchDistributor gives there.
+
+Who hands a rank its GPU: on a cluster Spark's scheduler (the task's ``gpu`` resource addresses); on the kernel's own
+machine (a ``local[N]`` master, or ``--local``) nobody schedules GPUs, so ranks take the kernel's visible GPUs in
+rank order, as TorchDistributor does on a local master. The ranks of a host learn each other's at the rendezvous
+(``rendezvous.py``).
 """
 from __future__ import annotations
 
 import os
-from typing import Any, Mapping, Sequence
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
 
-__all__ = ["visible_gpus", "parse_visible_devices", "pick_gpu", "require_local_gpus", "NoGpuError"]
+__all__ = ["DEVICE_ENV", "visible_gpus", "parse_visible_devices", "task_gpus", "placements", "task_ranks",
+           "require_local_gpus", "device_scope", "cuda_unfit", "gpus_per_task", "NoGpuError"]
+
+DEVICE_ENV = "JUPYTER_TORCHDIST_DEVICE"  # the rank's own device, set by the runtime for jupyter_torchdist.device()
 
 
 class NoGpuError(RuntimeError):
@@ -21,7 +34,7 @@ def parse_visible_devices(value: str) -> list[str]:
 
     CUDA stops at the first invalid entry, so ``"-1"`` hides every GPU and ``"0,-1,1"`` shows only 0;
     ``""`` shows none. Entries are kept as written (indexes or ``GPU-...`` UUIDs): a rank's
-    CUDA_VISIBLE_DEVICES is set to one of them, which means the same device in the child.
+    CUDA_VISIBLE_DEVICES lists them again, which means the same devices in the child.
     """
     out: list[str] = []
     for entry in value.split(","):
@@ -46,34 +59,155 @@ def visible_gpus(env: Mapping[str, str] | None = None) -> list[str]:
         return []
 
 
-def pick_gpu(rank: int, resources: Mapping[str, Any] | None, local_gpus: Sequence[str] | None) -> str:
-    """Rank ``rank``'s GPU: a cluster task's own from its resources; on the kernel's host, by rank.
+def task_gpus(resources: Mapping[str, Any] | None, env: Mapping[str, str] | None = None) -> list[str]:
+    """The GPUs Spark scheduled to this task, as CUDA_VISIBLE_DEVICES entries.
 
-    By rank, not modulo: two NCCL ranks on one GPU fail late and obscurely, so a missing GPU is an
-    error here (launchers check the count before starting, this is the last line of defence).
+    pyspark's rule (``_get_gpus_owned``): where the executor itself runs with CUDA_VISIBLE_DEVICES (a container, a
+    resource manager), a whole-number address is an index into that list; otherwise it names the device.
     """
+    env = os.environ if env is None else env
     res = resources.get("gpu") if resources else None
     addresses = [str(a) for a in (getattr(res, "addresses", None) or [])]
-    if addresses:
-        return addresses[0]
+    inherited = env.get("CUDA_VISIBLE_DEVICES")
+    if inherited is None:
+        return addresses
+    listed = parse_visible_devices(inherited)
+    out = []
+    for address in addresses:
+        if not address.isdigit():
+            out.append(address)  # a UUID names the device itself
+        elif int(address) < len(listed):
+            out.append(listed[int(address)])
+        else:
+            raise NoGpuError(f"Spark gave this task GPU {address}, but its executor runs with "
+                             f"CUDA_VISIBLE_DEVICES={inherited} ({len(listed)} GPUs): the executor's GPU discovery "
+                             "script must list addresses as indexes into that list (0 for its first), as pyspark "
+                             "reads them")
+    return out
+
+
+def placements(first: int, count: int, scheduled: Sequence[str], local_gpus: Sequence[str] | None,
+               world_size: int) -> list[tuple[int, str]]:
+    """The ranks one task runs, with each one's GPU: ``count`` ranks from ``first``, one per GPU Spark scheduled to
+    the task; on the kernel's host (no scheduled GPUs), rank ``r`` takes the kernel's ``local_gpus[r]``.
+
+    A missing GPU is an error here, never a shared one: two NCCL ranks on one GPU fail late and obscurely
+    (launchers check the counts before starting; this is the last line of defence).
+    """
+    ranks = list(range(first, min(first + count, world_size)))
+    if scheduled:
+        if len(scheduled) < len(ranks):
+            raise NoGpuError(f"this task runs {len(ranks)} ranks but Spark gave it {len(scheduled)} GPUs "
+                             f"({', '.join(scheduled)})")
+        return list(zip(ranks, scheduled))
     if local_gpus:
-        if rank < len(local_gpus):
-            return str(local_gpus[rank])
-        raise NoGpuError(f"rank {rank} has no GPU of its own: only {len(local_gpus)} visible "
-                         f"({', '.join(local_gpus)}); use at most {len(local_gpus)} ranks with --gpu")
+        missing = [r for r in ranks if r >= len(local_gpus)]
+        if missing:
+            raise NoGpuError(f"rank {missing[0]} has no GPU of its own: only {len(local_gpus)} visible "
+                             f"({', '.join(local_gpus)}); use at most {len(local_gpus)} ranks with --gpu")
+        return [(r, str(local_gpus[r])) for r in ranks]
     raise NoGpuError("this task has no GPU: set spark.task.resource.gpu.amount=1 and "
                      "spark.executor.resource.gpu.amount (with spark.executor.resource.gpu.discoveryScript) "
                      "on the cluster")
 
 
-def require_local_gpus(n: int) -> list[str]:
-    """The kernel's visible GPUs, refusing before launch when there are fewer than ``n`` ranks."""
+def task_ranks(ctx: Any, per_task: int, plan: Any, local_gpus: Sequence[str] | None) -> list[tuple[int, str | None]]:
+    """The ranks a Spark task (``ctx``: its TaskContext) runs, each with its GPU under --gpu: ``per_task`` of them
+    from partition id x ``per_task``, one per GPU Spark gave the task (one rank per task without --gpu)."""
+    first = ctx.partitionId() * per_task
+    if not plan.gpu:
+        return [(first, None)]
+    return list(placements(first, per_task, task_gpus(ctx.resources()), local_gpus, plan.world_size))
+
+
+def gpus_per_task(value: str | None) -> int:
+    """How many ranks each Spark task runs under ``--gpu``: one per GPU of ``spark.task.resource.gpu.amount``.
+
+    Below one GPU a task shares its GPU with others, which NCCL cannot do (two ranks on one device); a fraction
+    above one cannot be split into ranks. Both are refused with what to set."""
     from .errors import LaunchError
 
+    key = "spark.task.resource.gpu.amount"
+    try:
+        amount = float(value) if value is not None and str(value).strip() else 0.0
+    except ValueError:
+        raise LaunchError(f"--gpu: {key}={value!r} is not a number of GPUs; set it to 1 (a rank per task) or a "
+                          "whole number (a rank per GPU of each task).") from None
+    if amount <= 0:
+        raise LaunchError(f"--gpu on a cluster needs GPU scheduling: set {key}=1, "
+                          "spark.executor.resource.gpu.amount and spark.executor.resource.gpu.discoveryScript "
+                          "when the SparkSession is created.")
+    if amount < 1:
+        raise LaunchError(f"--gpu: {key}={value} shares each GPU between tasks, but NCCL runs one rank per GPU "
+                          f"(two ranks on one device fail). Set {key}=1 on the session, or drop --gpu to train "
+                          "on the CPU.")
+    if amount != int(amount):
+        raise LaunchError(f"--gpu: {key}={value} is not a whole number of GPUs; set it to 1 (a rank per task) or "
+                          "a whole number (a rank per GPU of each task).")
+    return int(amount)
+
+
+def require_local_gpus(n: int) -> list[str]:
+    """The kernel's visible GPUs, refusing before launch when there are fewer than ``n`` ranks or this torch
+    cannot run NCCL on them."""
+    import socket
+
+    from .errors import LaunchError
+
+    why = cuda_unfit()
+    if why is not None:
+        raise LaunchError(why)
     gpus = visible_gpus()
     if len(gpus) < n:
         raise LaunchError(
-            f"--gpu with -n {n} needs {n} GPUs, but this machine shows {len(gpus)} "
+            f"--gpu with -n {n} needs {n} GPUs, but this machine ({socket.gethostname()}) shows {len(gpus)} "
             f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')}). "
             "Drop --gpu to train on the CPU with gloo, or use fewer ranks.")
     return gpus
+
+
+def cuda_unfit() -> str | None:
+    """Why this Python's torch cannot run a ``--gpu`` rank (a CPU-only build, no NCCL), naming this host and the
+    fix; None when it can. Reads the build only: CUDA itself is not touched (a process that forks ranks must not)."""
+    import socket
+    import sys
+
+    import torch
+    import torch.distributed as dist
+
+    where = f"--gpu on {socket.gethostname()} ({sys.executable})"
+    if getattr(torch.version, "cuda", None) is None and getattr(torch.version, "hip", None) is None:
+        return (f"{where}: torch {torch.__version__} is a CPU-only build, so it cannot use a GPU. Install a CUDA "
+                "build of torch for that Python (https://pytorch.org/get-started/locally/), or drop --gpu to train "
+                "on the CPU with gloo.")
+    if not dist.is_available() or not dist.is_nccl_available():
+        return (f"{where}: torch {torch.__version__} was built without NCCL, which --gpu runs the process group "
+                "on. Install a torch build with NCCL (the pip and conda CUDA builds have it), or drop --gpu.")
+    return None
+
+
+_NVIDIA_DEVICE = re.compile(r"nvidia(\d+)")
+
+
+def device_scope(env: Mapping[str, str] | None = None, dev: str = "/dev") -> str:
+    """Which GPUs this process can open, as a key: ranks of one host with the same key can see each other's GPUs.
+
+    Containers that isolate GPUs (Docker's ``--gpus``, a Kubernetes pod, YARN's GPU isolation through the devices
+    cgroup) leave out the other GPUs' device files, or refuse to open them, and say what they gave in
+    NVIDIA_VISIBLE_DEVICES or CUDA_VISIBLE_DEVICES. Two ranks that differ in any of these are placed apart.
+    Opening a device file reads nothing from it; CUDA is not touched.
+    """
+    env = os.environ if env is None else env
+    openable = []
+    try:
+        names = sorted(os.listdir(dev), key=lambda name: (len(name), name))
+    except OSError:
+        names = []
+    for name in names:
+        if _NVIDIA_DEVICE.fullmatch(name):
+            try:
+                os.close(os.open(os.path.join(dev, name), os.O_RDWR | os.O_CLOEXEC))
+            except OSError:
+                continue
+            openable.append(name[len("nvidia"):])
+    return "|".join([",".join(openable), env.get("CUDA_VISIBLE_DEVICES", "*"), env.get("NVIDIA_VISIBLE_DEVICES", "*")])

@@ -44,6 +44,7 @@ class RankState:
     ip: str = ""
     pid: int | None = None
     store_port: int | None = None               # rank 0: where its TCPStore listens
+    hello: C.HelloMsg | None = None             # what the rank said of itself (the rendezvous is planned from it)
     state: str = "pending"  # pending, starting, running, done, failed, stopped
     step: int | None = None
     total: int | None = None
@@ -97,6 +98,7 @@ class RankState:
     def on_hello(self, msg: C.HelloMsg, at: float) -> None:
         self.host, self.ip = msg.get("host") or self.host, msg.get("ip") or ""
         self.pid, self.store_port, self.said_hello = msg.get("pid"), msg.get("store_port"), True
+        self.hello = msg
         self._begin(at)
 
     def on_state(self, msg: C.StateMsg) -> bool:

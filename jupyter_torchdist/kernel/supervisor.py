@@ -100,10 +100,7 @@ class Supervisor:
             self.server.send(rank, C.RANK, {"t": C.RELEASE})
 
     def _send_rendezvous(self) -> None:
-        hellos = {r.rank: {"host": r.host, "ip": r.ip, "store_port": r.store_port}
-                  for r in self.state.ranks}
-        if hellos[0]["store_port"] is None:
-            del hellos[0]["store_port"]
+        hellos = {r.rank: r.hello for r in self.state.ranks if r.hello is not None}
         try:
             messages = plan_rendezvous(hellos, self.state.world_size)
         except ValueError as exc:

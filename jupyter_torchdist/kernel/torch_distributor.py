@@ -235,17 +235,6 @@ class TorchDistributor:
         if warning:
             self.logger.warning(warning)
 
-    def _check_gpus_per_task(self) -> None:
-        """Each of our ranks is one Spark task with one GPU; pyspark runs several processes in a task that holds
-        several GPUs. Say so before the run asks for more GPUs than the cluster has."""
-        if self.use_gpu and not self.local_mode and self.num_tasks != self.num_processes:
-            per_task = self.num_processes // self.num_tasks
-            raise LaunchError(
-                f"spark.task.resource.gpu.amount={per_task} gives each Spark task {per_task} GPUs; pyspark would "
-                f"run {self.num_tasks} tasks of {per_task} processes, but here every rank is a Spark task of its own "
-                f"using one GPU, so {self.num_processes} ranks would hold {self.num_processes * per_task} GPUs. Set "
-                "spark.task.resource.gpu.amount=1 on the session.")
-
     @staticmethod
     def _in_our_words(text: str) -> str:
         """An error about the constructor's arguments, named as this class names them."""
@@ -271,7 +260,6 @@ class TorchDistributor:
             fn, title = train_object, f"{name}.run({getattr(train_object, '__name__', 'fn')})"
         else:
             raise TypeError(f"train_object must be a function or a path to a script, not {type(train_object).__name__}")
-        self._check_gpus_per_task()
         options = RunOptions(n=self.num_processes, gpu=self.use_gpu, local=self.local_mode,  # --wait's default
                              spark_tasks=not self.local_mode, packages=self._packages, ssl_switch=self.ssl_conf)
         try:

@@ -23,7 +23,7 @@ from .. import contract as C
 from ..channel.tls import plaintext_warning, tls_requested
 from ..contract import Inbound, LaunchInfo, RunPlan
 from ..errors import LaunchError
-from ..gpus import pick_gpu, require_local_gpus
+from ..gpus import gpus_per_task, require_local_gpus, task_ranks
 from ..options import RunOptions
 from .base import Capacity, Launcher
 from .spark_jobs import error_summary, held_slots, hold, release, submit_job
@@ -95,28 +95,29 @@ def _relayed(ctx: Any, plan: RunPlan, rank: int) -> tuple[RunPlan, Any]:
     return replace(plan, address=(str(where[0]), int(where[1])), tls=None, probe_s=None), relay
 
 
-def _rank_task(plan: RunPlan, local_gpus: list[str] | None, batches: Any) -> Any:
-    """One barrier task: rank = partition id. Forks the rank and watches it (``rank.agent``); one row: its end
-    (and, from rank 0's task of an offline run, what the relay recorded)."""
+def _rank_task(plan: RunPlan, local_gpus: list[str] | None, per_task: int, batches: Any) -> Any:
+    """One barrier task: its ranks from the partition id (one, or one per GPU of the task). Forks each rank and
+    watches it (``rank.agent``); a row per rank: its end (and, from rank 0's task of an offline run, what the relay
+    recorded)."""
     import pyarrow as pa
     from pyspark import BarrierTaskContext
 
-    from jupyter_torchdist.rank.agent import run_agent
+    from jupyter_torchdist.rank.agent import run_agents
 
     for _ in batches:
-        pass  # the partition's one row says nothing: the partition id is the rank
+        pass  # the partition's one row says nothing: the partition id says the ranks
     ctx = BarrierTaskContext.get()
-    rank = ctx.partitionId()
-    gpu = pick_gpu(rank, ctx.resources(), local_gpus) if plan.gpu else None
+    placed = task_ranks(ctx, per_task, plan, local_gpus)
     offline = _offline(ctx, plan)
     relay = None
     if offline:
-        plan, relay = _relayed(ctx, plan, rank)
-    end = run_agent(plan, rank, gpu)
+        plan, relay = _relayed(ctx, plan, placed[0][0])
+    ends = run_agents(plan, placed)
     events = pickle.dumps(relay.finish()) if relay is not None else None
     yield pa.RecordBatch.from_pylist([{"rank": rank, "code": end.get("code"), "signal": end.get("signal"),
-                                       "stopped": bool(end.get("stopped")),
-                                       "mode": "offline" if offline else "online", "events": events}])
+                                       "stopped": bool(end.get("stopped")), "mode": "offline" if offline else "online",
+                                       "events": events if i == 0 else None}
+                                      for i, ((rank, _), end) in enumerate(zip(placed, ends))])
 
 
 def _check_server(spark: Any, local: bool) -> None:
@@ -194,6 +195,7 @@ class ConnectLauncher(Launcher):
         self._spark: Any = None
         self._tag: str | None = None
         self._local_gpus: list[str] | None = None
+        self._per_task = 1  # ranks per task: one, or one per GPU of a task that holds several
         self._master = ""
         self._key: tuple[str, ...] = ()
 
@@ -210,9 +212,10 @@ class ConnectLauncher(Launcher):
         local = self._master.startswith("local")
         server = _server_host(spark)
         _check_server(spark, local)
-        self._check_slots(options.n)
+        self._per_task = 1
         if options.gpu:
             self._check_gpus(options, spark, local)
+        self._check_slots(-(-options.n // self._per_task))
         host, advertise = channel_host(spark, server, local), _advertised(spark)
         self._key = (server, host, repr(advertise))
         if options.keep and _reachable.get(self._key) is False:
@@ -240,11 +243,18 @@ class ConnectLauncher(Launcher):
                           + ". Ask for fewer ranks, or start the server with more (local[N]).")
 
     def _check_gpus(self, options: RunOptions, spark: Any, local: bool) -> None:
+        """As the classic Spark backend's: the kernel's GPUs on a local master, else the server's GPU scheduling."""
         if local:
             self._local_gpus = require_local_gpus(options.n)
-        elif not connect_conf(spark, "spark.task.resource.gpu.amount"):
-            raise LaunchError("--gpu on a Spark Connect cluster needs GPU scheduling on the server: "
-                              "spark.task.resource.gpu.amount=1 (and the executors' GPU resources).")
+            return
+        try:
+            self._per_task = per_task = gpus_per_task(connect_conf(spark, "spark.task.resource.gpu.amount"))
+        except LaunchError as exc:
+            raise LaunchError(f"{exc} (On Spark Connect these are the server's settings.)") from None
+        if options.n % per_task:
+            raise LaunchError(f"--gpu: spark.task.resource.gpu.amount={per_task} on the Spark Connect server gives "
+                              f"each task {per_task} GPUs and a rank on each, so -n must be a multiple of {per_task} "
+                              f"(asked {options.n}).")
 
     def capacity(self) -> Capacity:
         spark = self._spark or self._session()
@@ -259,13 +269,13 @@ class ConnectLauncher(Launcher):
         tag = self._tag = f"jupyter-torchdist-{plan.run_id}-{secrets.token_hex(3)}"
         known = _reachable.get(key)
         plan = replace(plan, probe_s=PROBE_S if known is None else None, offline=known is False)
-        task = functools.partial(_rank_task, plan, self._local_gpus)
+        task = functools.partial(_rank_task, plan, self._local_gpus, self._per_task)
 
         def job() -> None:
             error, rows = None, []
             try:
                 spark.addTag(tag)  # thread-local in the Connect client: only this operation carries it
-                n = plan.world_size
+                n = -(-plan.world_size // self._per_task)  # tasks
                 rows = spark.range(0, n, 1, n).mapInArrow(task, _END_SCHEMA, barrier=True).collect()
             except BaseException as exc:
                 error = _describe(exc)
@@ -278,7 +288,7 @@ class ConnectLauncher(Launcher):
             inbox.put(Inbound(-1, C.BACKEND, _ended(rows, error, key, plan, inbox)))
 
         if plan.keep:
-            hold(plan.run_id, plan.world_size)
+            hold(plan.run_id, -(-plan.world_size // self._per_task))
         submit_job(job, lane=f"connect-run-{plan.run_id}")  # a lane of its own: runs at once never wait
 
     def cancel(self) -> None:

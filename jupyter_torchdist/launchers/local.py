@@ -13,8 +13,7 @@ from typing import Any
 from .. import contract as C
 from ..channel.tls import tls_requested
 from ..contract import Inbound, LaunchInfo, RunPlan
-from ..errors import LaunchError
-from ..gpus import pick_gpu, require_local_gpus
+from ..gpus import placements, require_local_gpus
 from ..options import RunOptions
 from .base import Capacity, Launcher
 from .local_server import Zygote, get_zygote
@@ -40,13 +39,7 @@ class LocalLauncher(Launcher):
     def prepare(self, options: RunOptions) -> LaunchInfo:
         self._gpus = None
         if options.gpu:
-            gpus = require_local_gpus(options.n)
-            import torch
-
-            if not torch.cuda.is_available():
-                raise LaunchError(f"--gpu: this torch ({torch.__version__}) cannot use CUDA here "
-                                  "(a CPU-only build, or no driver). Drop --gpu to train on the CPU.")
-            self._gpus = gpus
+            self._gpus = require_local_gpus(options.n)
         # loopback only, so TLS matters little here; honoured all the same when the environment asks for it
         return LaunchInfo(label=self.label, channel_host="127.0.0.1", loopback=True,
                           channel_tls=tls_requested(lambda key: None), watcher="the local agent process",
@@ -79,8 +72,10 @@ class LocalLauncher(Launcher):
         if not zygote.register(key, on_event):
             finish(zygote.dead)
             return
-        gpus = [pick_gpu(r, None, self._gpus) if self._gpus else None for r in range(plan.world_size)]
-        zygote.send(("start", key, plan, list(enumerate(gpus)), _kernel_context()))
+        placed: list[tuple[int, str | None]] = (
+            list(placements(0, plan.world_size, [], self._gpus, plan.world_size)) if self._gpus
+            else [(r, None) for r in range(plan.world_size)])
+        zygote.send(("start", key, plan, placed, _kernel_context()))
 
     def capacity(self) -> Capacity:
         cores = os.cpu_count() or 1

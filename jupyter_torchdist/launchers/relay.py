@@ -83,9 +83,13 @@ class Relay:
             self._exited.add(ev.rank)
 
     def _rendezvous(self) -> None:
-        hellos = {r: {"host": h.get("host"), "ip": h.get("ip"), "store_port": h.get("store_port")}
-                  for r, h in self._hellos.items()}
-        for rank, msg in plan_rendezvous(hellos, self.plan.world_size).items():
+        try:
+            messages = plan_rendezvous(self._hellos, self.plan.world_size)
+        except ValueError as exc:  # said to the kernel as its own supervisor says it (a placement it cannot make)
+            self._kept.append(Inbound(0, C.BACKEND, {"t": C.LOST, "summary": f"rendezvous failed: {exc}"}))
+            self.server.stop_all("failed")
+            return
+        for rank, msg in messages.items():
             self.server.send(rank, C.RANK, msg)
 
     def finish(self, timeout: float = 30.0) -> list[Inbound]:

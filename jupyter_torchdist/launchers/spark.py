@@ -15,7 +15,7 @@ from .. import contract as C
 from ..channel.tls import plaintext_warning, tls_requested
 from ..contract import Inbound, LaunchInfo, RunPlan
 from ..errors import LaunchError
-from ..gpus import pick_gpu, require_local_gpus
+from ..gpus import gpus_per_task, require_local_gpus, task_ranks
 from ..options import RunOptions
 from . import give_way
 from .base import Capacity, Launcher
@@ -28,35 +28,31 @@ __all__ = ["SparkLauncher"]
 
 
 # -- the task ----------------------------------------------------------------------------------------
-def _rank_task(plan: RunPlan, local_gpus: list[str] | None, _: Any) -> Any:
-    """One barrier task: rank = partition id. Forks the rank and watches it (``rank.agent``)."""
+def _rank_task(plan: RunPlan, local_gpus: list[str] | None, per_task: int, _: Any) -> Any:
+    """One barrier task: its ranks from the partition id. Forks each rank and watches it (``rank.agent``)."""
     from pyspark import BarrierTaskContext
 
-    from jupyter_torchdist.rank.agent import run_agent
+    from jupyter_torchdist.rank.agent import run_agents
 
-    ctx = BarrierTaskContext.get()
-    rank = ctx.partitionId()
-    gpu = pick_gpu(rank, ctx.resources(), local_gpus) if plan.gpu else None
-    yield run_agent(plan, rank, gpu)
+    yield from run_agents(plan, task_ranks(BarrierTaskContext.get(), per_task, plan, local_gpus))
 
 
-def _rank_task_dynamic(plan: RunPlan, local_gpus: list[str] | None, _: Any) -> Any:
-    """One ordinary task (dynamic allocation): rank = partition id; the kernel's rendezvous gangs the ranks.
+def _rank_task_dynamic(plan: RunPlan, local_gpus: list[str] | None, per_task: int, _: Any) -> Any:
+    """One ordinary task (dynamic allocation): its ranks from the partition id; the kernel's rendezvous gangs the
+    ranks.
 
     Spark retries a failed task (and would start a second copy of it); a rank must never run twice, so a later
     attempt of a rank's task starts nothing and says so (the kernel has already seen the first attempt end)."""
     from pyspark import TaskContext
 
-    from jupyter_torchdist.rank.agent import run_agent
+    from jupyter_torchdist.rank.agent import run_agents
 
     ctx = TaskContext.get()
     assert ctx is not None  # inside a task
-    rank = ctx.partitionId()
     if ctx.attemptNumber() > 0:
-        yield {"t": C.EXIT, "rank": rank, "retried": ctx.attemptNumber()}
+        yield {"t": C.EXIT, "rank": ctx.partitionId() * per_task, "retried": ctx.attemptNumber()}
         return
-    gpu = pick_gpu(rank, ctx.resources(), local_gpus) if plan.gpu else None
-    yield run_agent(plan, rank, gpu)
+    yield from run_agents(plan, task_ranks(ctx, per_task, plan, local_gpus))
 
 
 def _session() -> tuple[Any, bool]:
@@ -227,6 +223,7 @@ class SparkLauncher(Launcher):
         self._local_gpus: list[str] | None = None
         self._local = True
         self._dynamic = False
+        self._per_task = 1  # ranks per task: one, or one per GPU of a task that holds several
 
     def prepare(self, options: RunOptions) -> LaunchInfo:
         spark, embedded = _session()
@@ -237,12 +234,13 @@ class SparkLauncher(Launcher):
         # before any wait for slots
         ssl_note = require_ssl_consent(session_conf(spark), tls_requested(conf.get), options.ssl_switch)
         self._dynamic = not self._local and dynamic_allocation(conf)
+        self._per_task = 1
+        if options.gpu:  # before the slot check: a task with several GPUs runs several ranks
+            self._check_gpus(options, conf)
         if self._dynamic:
             _check_dynamic(conf, self.tasks_for(options.n), options.wait)
         else:
             _check_slots(spark, self.tasks_for(options.n), embedded, options.wait, quiet=options.background)
-        if options.gpu:
-            self._check_gpus(options, conf)
         host = "127.0.0.1" if self._local else (conf.get("spark.driver.host") or "127.0.0.1")
         tls_on = tls_requested(conf.get)
         warning = ssl_note or plaintext_warning(conf.get, tls_on)
@@ -254,20 +252,25 @@ class SparkLauncher(Launcher):
                           start_hint=_DYNAMIC_HINT if self._dynamic else "")
 
     def _check_gpus(self, options: RunOptions, conf: dict[str, str]) -> None:
+        """The kernel's GPUs on a local master; on a cluster, Spark's GPU scheduling, and a rank per GPU of a task."""
         if self._local:
             self._local_gpus = require_local_gpus(options.n)
-        elif not conf.get("spark.task.resource.gpu.amount"):
-            raise LaunchError("--gpu on a cluster needs GPU scheduling: set spark.task.resource.gpu.amount=1, "
-                              "spark.executor.resource.gpu.amount and spark.executor.resource.gpu.discoveryScript "
-                              "when the SparkSession is created.")
+            return
+        self._per_task = per_task = gpus_per_task(conf.get("spark.task.resource.gpu.amount"))
+        if options.n % per_task:
+            raise LaunchError(f"--gpu: spark.task.resource.gpu.amount={per_task} gives each Spark task {per_task} "
+                              f"GPUs and a rank on each, so -n must be a multiple of {per_task} (asked {options.n}). "
+                              "Ask for a multiple, or set spark.task.resource.gpu.amount=1 on the session.")
 
     def tasks_for(self, ranks: int) -> int:
-        """How many tasks (and task slots) a run of ``ranks`` ranks takes: one each."""
-        return ranks
+        """How many tasks (and task slots) a run of ``ranks`` ranks takes: one each, or one per ``per_task`` ranks
+        when each task holds several GPUs."""
+        return -(-ranks // self._per_task)
 
     def task(self, plan: RunPlan) -> Callable[[Any], Any]:
-        """What each task runs (its partition id is its rank)."""
-        return functools.partial(_rank_task_dynamic if self._dynamic else _rank_task, plan, self._local_gpus)
+        """What each task runs (its partition id says its ranks)."""
+        return functools.partial(_rank_task_dynamic if self._dynamic else _rank_task, plan, self._local_gpus,
+                                 self._per_task)
 
     def start(self, plan: RunPlan, inbox: queue.SimpleQueue[Inbound]) -> None:
         group = self._group = f"jupyter-torchdist-{plan.run_id}"

@@ -5,10 +5,12 @@ even when the rank died too hard to say anything itself (os._exit, a segfault, t
 """
 from __future__ import annotations
 
+import functools
 import os
 import select
 import signal
 import socket
+import threading
 import time
 from typing import Any, cast
 
@@ -19,7 +21,7 @@ from ..contract import RunPlan
 from .forking import describe_status, fork_rank
 from .main import rank_main
 
-__all__ = ["run_agent"]
+__all__ = ["run_agent", "run_agents"]
 
 
 def _beat(sock: Stream, due: float) -> float:
@@ -91,7 +93,38 @@ def preload() -> None:
 def run_agent(plan: RunPlan, rank: int, gpu_address: str | None = None) -> C.ExitMsg:
     """Run rank ``rank`` in a forked child and report its end. Returns how it ended."""
     preload()
-    proc = fork_rank(lambda: rank_main(plan, rank, gpu_address))
+    return _watch(plan, rank, fork_rank(lambda: rank_main(plan, rank, gpu_address)))
+
+
+def run_agents(plan: RunPlan, placed: list[tuple[int, str | None]]) -> list[C.ExitMsg]:
+    """Several ranks of one task (a Spark task that holds a GPU per rank): each forked here, one after another,
+    then watched on a thread of its own as ``run_agent`` watches one. Returns how each ended, in order."""
+    if len(placed) == 1:
+        return [run_agent(plan, *placed[0])]
+    preload()
+    ends: list[C.ExitMsg | BaseException | None] = [None] * len(placed)
+
+    def watch(i: int, rank: int, proc: Any) -> None:
+        try:
+            ends[i] = _watch(plan, rank, proc)
+        except BaseException as exc:  # raised again below, on the task's own thread
+            ends[i] = exc
+
+    threads = [threading.Thread(target=watch, args=(i, rank, fork_rank(functools.partial(rank_main, plan, rank, gpu))),
+                                name=f"jtd-agent-{rank}", daemon=True)
+               for i, (rank, gpu) in enumerate(placed)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for end in ends:
+        if isinstance(end, BaseException):
+            raise end
+    return [cast("C.ExitMsg", end) for end in ends]
+
+
+def _watch(plan: RunPlan, rank: int, proc: Any) -> C.ExitMsg:
+    """Connect for the forked rank ``proc``, watch it to its end, report the end. Returns how it ended."""
     try:
         sock = connect(plan.address, plan.secret, rank, P.ROLE_AGENT, tls=plan.tls)
     except BaseException:

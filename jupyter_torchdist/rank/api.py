@@ -12,11 +12,10 @@ import time
 from typing import Any, Callable, Iterator
 
 from .. import contract as C
+from ..gpus import DEVICE_ENV
 
 __all__ = ["report", "rank", "local_rank", "world_size", "local_world_size", "is_main", "device",
            "barrier", "main_first", "on_main", "commit", "restore"]
-
-DEVICE_ENV = "JUPYTER_TORCHDIST_DEVICE"
 
 
 class _Sink:
@@ -89,11 +88,14 @@ def device() -> Any:
 
 
 def barrier() -> None:
-    """Wait for every rank (no-op when not distributed)."""
+    """Wait for every rank (no-op when not distributed). Under --gpu it waits on the runtime's CPU group: no CUDA
+    stream is synchronised for it."""
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():
-        dist.barrier()
+        from .group import cpu_group  # the rank runtime's; None (the default group) outside our ranks
+
+        dist.barrier(group=cpu_group())
 
 
 @contextlib.contextmanager

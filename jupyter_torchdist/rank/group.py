@@ -14,10 +14,10 @@ from typing import Any, cast
 from .. import contract as C
 from ..channel import protocol as P
 from ..contract import RunPlan
-from . import api as rank_api
+from ..gpus import DEVICE_ENV, device_scope
 from .interfaces import choose_interfaces
 
-__all__ = ["rendezvous", "set_env", "init_group"]
+__all__ = ["rendezvous", "set_env", "init_group", "cpu_group"]
 
 
 def _open_store(plan: RunPlan, bind_ip: str) -> tuple[int, Any]:
@@ -34,13 +34,16 @@ def _open_store(plan: RunPlan, bind_ip: str) -> tuple[int, Any]:
     return port, store
 
 
-def rendezvous(sock: Any, plan: RunPlan, rank: int) -> tuple[C.RendezvousMsg, Any]:
-    """Tell the kernel who we are (rank 0: where its store listens) and learn the rendezvous."""
+def rendezvous(sock: Any, plan: RunPlan, rank: int, gpu: str | None) -> tuple[C.RendezvousMsg, Any]:
+    """Tell the kernel who we are (rank 0: where its store listens; under --gpu: our GPU and which GPUs we can
+    open) and learn the rendezvous."""
     import torch.distributed as dist
 
     bind_ip = "127.0.0.1" if plan.loopback else sock.getsockname()[0]
     store = None
     hello: C.HelloMsg = {"t": C.HELLO, "host": socket.gethostname(), "ip": bind_ip, "pid": os.getpid()}
+    if plan.gpu and gpu is not None:
+        hello["gpu"], hello["scope"] = gpu, device_scope()
     if rank == 0:
         hello["store_port"], store = _open_store(plan, bind_ip)
     P.send_frame(sock, hello)
@@ -54,8 +57,11 @@ def rendezvous(sock: Any, plan: RunPlan, rank: int) -> tuple[C.RendezvousMsg, An
     return rdv, store
 
 
-def set_env(plan: RunPlan, rank: int, rdv: C.RendezvousMsg, gpu_address: str | None, bind_ip: str) -> str:
-    """The environment torchrun would give (frameworks read it); returns this rank's device name."""
+def set_env(plan: RunPlan, rank: int, rdv: C.RendezvousMsg, bind_ip: str) -> str:
+    """The environment torchrun would give (frameworks read it); returns this rank's device name.
+
+    Under --gpu the rank sees its host's ranks' GPUs (the rendezvous's list, local rank order) and its own is
+    ``cuda:LOCAL_RANK``: set before anything in this process touches CUDA, which reads the variable once."""
     env = {
         "RANK": rank, "WORLD_SIZE": plan.world_size, "LOCAL_RANK": rdv["local_rank"],
         "LOCAL_WORLD_SIZE": rdv["local_world_size"], "GROUP_RANK": rdv.get("group_rank", 0),
@@ -73,9 +79,9 @@ def set_env(plan: RunPlan, rank: int, rdv: C.RendezvousMsg, gpu_address: str | N
         choose_interfaces(bind_ip)  # not the interface the host's own name resolves to (127.0.1.1 on Debian)
     device = "cpu"
     if plan.gpu:
-        os.environ["CUDA_VISIBLE_DEVICES"] = str(gpu_address)
-        device = "cuda:0"
-    os.environ[rank_api.DEVICE_ENV] = device
+        os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(rdv["gpus"])
+        device = f"cuda:{rdv['local_rank']}"
+    os.environ[DEVICE_ENV] = device
     return device
 
 
@@ -103,19 +109,45 @@ def _keep_default_group() -> None:
     dist.destroy_process_group = destroy_later
 
 
+def _use_gpu(device: str) -> Any:
+    """Make this rank's own GPU the current device, or say plainly why it cannot be (naming the host)."""
+    import torch
+
+    index, count = int(device.split(":")[1]), torch.cuda.device_count()
+    if index >= count:
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES", "<unset>")
+        raise RuntimeError(
+            f"--gpu on {socket.gethostname()}: this rank's GPU is device {index} of CUDA_VISIBLE_DEVICES={visible}, "
+            f"but CUDA opens only {count} of them here. A container or the GPU driver hides the others: check "
+            "nvidia-smi on that host, and that each executor's GPU discovery script lists only GPUs it can use.")
+    torch.cuda.set_device(index)
+    return torch.device("cuda", index)
+
+
 def init_group(plan: RunPlan, rank: int, store: Any, device: str) -> None:
-    """Threads per rank, the device, and the default group (gloo on the CPU, NCCL with --gpu)."""
+    """Threads per rank, the device, and the default group: gloo on the CPU; with --gpu what
+    ``init_process_group("nccl")`` gives under torchrun, the rank's GPU current, and a gloo group of the runtime's
+    own beside it for the CPU tensors it sends (``cpu_group``)."""
     import torch
     import torch.distributed as dist
 
     threads = plan.threads or max(1, (os.cpu_count() or 1) // max(1, int(os.environ["LOCAL_WORLD_SIZE"])))
     torch.set_num_threads(threads)
-    kwargs: dict[str, Any] = {}
+    timeout = datetime.timedelta(seconds=plan.pg_timeout_s)
     if plan.gpu:
-        torch.cuda.set_device(0)
-        kwargs["device_id"] = torch.device(device)
-    # With GPUs, CPU tensors (metrics, objects) still have gloo beside NCCL in the one default group.
-    dist.init_process_group("cpu:gloo,cuda:nccl" if plan.gpu else "gloo", store=store, rank=rank,
-                            world_size=plan.world_size, timeout=datetime.timedelta(seconds=plan.pg_timeout_s),
-                            **kwargs)
+        dist.init_process_group("nccl", store=store, rank=rank, world_size=plan.world_size, timeout=timeout,
+                                device_id=_use_gpu(device))
+        global _cpu_group
+        _cpu_group = dist.new_group(backend="gloo", timeout=timeout)
+    else:
+        dist.init_process_group("gloo", store=store, rank=rank, world_size=plan.world_size, timeout=timeout)
     _keep_default_group()
+
+
+_cpu_group: Any = None
+
+
+def cpu_group() -> Any:
+    """The group the runtime's own CPU tensors go through (barriers, checks): a gloo group beside an NCCL default
+    group under --gpu, else None (the default group, gloo)."""
+    return _cpu_group

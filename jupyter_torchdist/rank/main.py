@@ -18,6 +18,7 @@ import cloudpickle
 from .. import contract as C
 from .._sources import register_source
 from .._versions import unfit
+from ..gpus import cuda_unfit
 from ..channel import protocol as P
 from ..channel.client import connect
 from ..contract import RunPlan
@@ -27,7 +28,7 @@ from .allocator import tune_allocator
 from .checkpoint import Checkpoints, check_shared
 from .checkpoint import flush as flush_commits
 from .client import RankClient
-from .group import init_group, rendezvous, set_env
+from .group import cpu_group, init_group, rendezvous, set_env
 from .kept import serve_cells
 from .kept_payload import Namespace, run_job
 from .link import KernelLink
@@ -168,7 +169,8 @@ def _checkpoints(plan: RunPlan, rank: int, client: RankClient) -> None:
 
     checkpoints = Checkpoints(plan.checkpoint, rank, client.post, data_position)
     if plan.world_size > 1:
-        check_shared(checkpoints.store, rank, plan.world_size, plan.run_id, dist.barrier)
+        check_shared(checkpoints.store, rank, plan.world_size, plan.run_id,
+                     functools.partial(dist.barrier, group=cpu_group()))
     runtime.checkpoints = checkpoints
 
 
@@ -206,14 +208,14 @@ def rank_main(plan: RunPlan, rank: int, gpu_address: str | None = None) -> int:
     signal.signal(signal.SIGINT, signal.default_int_handler)  # a forked worker may have ignored it
     tune_allocator()
     sock = connect(plan.address, plan.secret, rank, P.ROLE_RANK, tls=plan.tls)
-    why = unfit(plan.versions)
+    why = unfit(plan.versions) or (cuda_unfit() if plan.gpu else None)
     if why is not None:  # said before anything of the kernel's is unpickled, or any peer is waited for
         RankClient(sock).send_final([final_message("error", RuntimeError(why), filename=plan.filename,
                                                    send_value=False, max_bytes=0)])
         return 1
-    rdv, store = rendezvous(sock, plan, rank)
+    rdv, store = rendezvous(sock, plan, rank, gpu_address)
     bind_ip = "127.0.0.1" if plan.loopback else sock.getsockname()[0]
-    device = set_env(plan, rank, rdv, gpu_address, bind_ip)
+    device = set_env(plan, rank, rdv, bind_ip)
     client = RankClient(sock, plan.world_size)
     link = KernelLink(sock)
     install(RankRuntime(plan, rank, client, link, bind_ip, UsageSampler(client.post_usage, gpu=plan.gpu)))

@@ -56,14 +56,11 @@ def test_each_run_takes_the_kernels_cwd_path_and_environment(tmp_path, monkeypat
     assert value["module"] == "imported from the kernel path" and value["arg"] == "x"
 
 
-def test_gpu_is_refused_clearly_without_gpus(monkeypatch):
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
-    with pytest.raises(LaunchError, match="--gpu with -n 2 needs 2 GPUs, but this machine shows 0"):
-        jt.run(os.getpid, n=2, local=True, gpu=True)
-    if not torch.cuda.is_available():
-        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
-        with pytest.raises(LaunchError, match="cannot use CUDA"):
-            jt.run(os.getpid, n=1, local=True, gpu=True)
+@pytest.mark.skipif(torch.version.cuda is not None, reason="needs the CPU build of torch")
+def test_gpu_is_refused_clearly_with_a_cpu_only_torch(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    with pytest.raises(LaunchError, match="CPU-only build"):
+        jt.run(os.getpid, n=1, local=True, gpu=True)
 
 
 def test_a_dead_zygote_fails_the_run_and_the_next_run_starts_a_new_one(tmp_path):

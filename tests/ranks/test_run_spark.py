@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 import jupyter_torchdist as jt
+from jupyter_torchdist import gpus
 from jupyter_torchdist.errors import LaunchError
 
 pytestmark = pytest.mark.spark
@@ -18,6 +19,7 @@ def test_many_ranks_on_one_host_with_a_trivial_cell(spark, n):
 
 
 def test_spark_local_master_checks_the_drivers_gpus(spark, monkeypatch):
+    monkeypatch.setattr(gpus, "cuda_unfit", lambda: None)  # as if this torch were a CUDA build
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "-1")
     with pytest.raises(LaunchError, match="shows 0"):
         jt.run(len, [], n=1, gpu=True)

@@ -225,11 +225,15 @@ def test_run_uses_the_default_wait_for_task_slots(no_session, monkeypatch):
                                ssl_switch="pytorch.spark.distributor.ignoreSsl")] and seen[0].wait == DEFAULT_WAIT_S > 0
 
 
-def test_run_refuses_several_gpus_per_task_before_launching(session, monkeypatch):
+def test_several_gpus_per_task_run_a_rank_on_each_as_pyspark_runs_a_process_on_each(session, monkeypatch):
+    """pyspark: 2 tasks of torchrun --nproc_per_node=2; ours: 4 ranks, the Spark launcher puts 2 in each task."""
     session({"spark.task.resource.gpu.amount": "2"})
-    monkeypatch.setattr(td, "launch", lambda *a: pytest.fail("launched"))
-    with pytest.raises(RuntimeError, match="spark.task.resource.gpu.amount=1"):
-        TorchDistributor(4, False, True).run(len, [1])
+    seen = []
+    monkeypatch.setattr(td, "launch", lambda work, options, view: seen.append(options) or
+                        types.SimpleNamespace(value=7))
+    dist = TorchDistributor(4, False, True)
+    assert (dist.num_processes, dist.num_tasks) == (4, 2)
+    assert dist.run(len, [1]) == 7 and seen[0].n == 4 and seen[0].gpu
 
 
 # -- errors catchable as pyspark's -------------------------------------------------------------------------------
