@@ -169,22 +169,27 @@ def run_steps(ks: common.KernelSession, c: Check, devices: list[str]) -> None:
     c.step("Hugging Face Trainer in %%distribute", fit("transformers_fit"))
     c.step("TorchDistributor(local_mode=True, use_gpu=True)", distributor)
     c.step("examples/horovod_train.py --gpu from the command line", lambda: cli_horovod(c))
-    if c.gpu and len(devices) >= 2:
-        n = len(devices)
-
-        def several() -> tuple[bool, str]:
-            ranks = value(ks, f"%%distribute -n {n} --gpu --local -q --all-ranks\ngpu_jobs.local_rank_tutorial()")
-            uuids = {r["uuid"] for r in ranks}
-            return len(uuids) == n and all(r["sum"] == n for r in ranks), str(ranks)
-        c.step(f"{n} ranks, torch.cuda.set_device(LOCAL_RANK) on each", several)
-    else:
-        c.skip("ranks on several GPUs of one host", f"{len(devices)} GPU(s) here")
+    several_gpus(ks, c, devices)
     why = spark_here()
     if why is None:
         c.step("all_reduce on the embedded Spark session", lambda: (
             value(ks, f"%%distribute -n 1 {flag} -q\ngpu_jobs.nccl_allreduce()")["sum"] == 1.0, "ok"))
     else:
         c.skip("all_reduce on the embedded Spark session", why)
+
+
+def several_gpus(ks: common.KernelSession, c: Check, devices: list[str]) -> None:
+    """With several GPUs: a rank on each, the tutorial's set_device(LOCAL_RANK) lines, each on a GPU of its own."""
+    n = len(devices)
+    if not c.gpu or n < 2:
+        c.skip("ranks on several GPUs of one host", f"{n} GPU(s) here")
+        return
+
+    def several() -> tuple[bool, str]:
+        ranks = value(ks, f"%%distribute -n {n} --gpu --local -q --all-ranks\ngpu_jobs.local_rank_tutorial()")
+        return len({r["uuid"] for r in ranks}) == n and all(r["sum"] == n for r in ranks), str(ranks)
+
+    c.step(f"{n} ranks, torch.cuda.set_device(LOCAL_RANK) on each", several)
 
 
 def commit() -> str:
