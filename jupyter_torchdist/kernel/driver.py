@@ -24,7 +24,7 @@ from .runs import Run, new_run
 from .slots import Ticket, turns
 from .state import RunState
 
-__all__ = ["Gate", "Driven", "drive", "background_run", "go", "slots_gate"]
+__all__ = ["Gate", "Gates", "Driven", "drive", "background_run", "go", "slots_gate"]
 
 Capacity = Callable[[], "int | None"]
 
@@ -84,13 +84,17 @@ def slots_gate(run: Run, options: RunOptions) -> Gate:
 _PLACES = {"spark": "the Spark session", "connect": "the Spark Connect session"}
 
 
-def drive(d: Driven, gates: Sequence[Gate], deadline: float | None) -> RunResult:
-    """Wait for the run's turn, run it, fill in its handle; the result, or raise the run's error. The handle says
-    the run ended before its slots go to the next run in line."""
+Gates = Callable[[], Sequence[Gate]]
+
+
+def drive(d: Driven, gates: Gates, deadline: float | None) -> RunResult:
+    """Wait for the run's turn at ``gates()``, run it, fill in its handle; the result, or raise the run's error.
+    Whatever fails on the way (the backend's probe, its slot count, the session gone) ends the run with that error:
+    a run never stays queued. The handle says the run ended before its slots go to the next run in line."""
     held: list[Ticket] = []
     try:
         try:
-            for gate in gates:
+            for gate in gates():
                 _take_turn(d, gate, deadline)
                 held.append(gate.ticket)
             if d.waiting is not None and d.waiting.status == "queued":
@@ -165,15 +169,15 @@ def background_run(payload: bytes, options: RunOptions, view: RunView, work: Any
     return d
 
 
-def go(d: Driven, on_end: Callable[[Run], None] | None = None, gates: Sequence[Gate] | None = None) -> None:
+def go(d: Driven, on_end: Callable[[Run], None] | None = None, gates: Gates | None = None) -> None:
     """Drive the run on a thread of its own (its later frames update the view from there), after its turn at
-    ``gates`` (default: the backend's task slots)."""
-    taken = list(gates) if gates is not None else [slots_gate(d.run, d.options)]
+    ``gates()`` (default: the backend's task slots), asked for on that thread: a failure there ends the run."""
+    taken = gates if gates is not None else (lambda: [slots_gate(d.run, d.options)])
     threading.Thread(target=_in_background, args=(d, taken, on_end), name=f"jupyter-torchdist-run-{d.run.id}",
                      daemon=True).start()
 
 
-def _in_background(d: Driven, gates: Sequence[Gate], on_end: Callable[[Run], None] | None) -> None:
+def _in_background(d: Driven, gates: Gates, on_end: Callable[[Run], None] | None) -> None:
     try:
         drive(d, gates, deadline=None)
     except BaseException:

@@ -99,10 +99,11 @@ def run_kept(shell: Any, line: str, cell: str, options: RunOptions, number: int)
     view = make_view(shell, options.quiet, background=options.background)
     if options.background:
         d = background_run(payload, run_options, view, work, attempts)
-        go(d, on_end=_stores(shell, options.output), gates=[ranks.turn(d.run)])
+        go(d, on_end=_stores(shell, options.output), gates=lambda: [ranks.turn(d.run)])
         return d.run
     run = new_run(work.title, run_options)
-    result = drive(Driven(run, payload, run_options, work, ContinuedView(view), attempts), [ranks.turn(run)], None)
+    result = drive(Driven(run, payload, run_options, work, ContinuedView(view), attempts), lambda: [ranks.turn(run)],
+                   None)
     if options.output:
         shell.user_ns[options.output] = result.value
     return result.value

@@ -9,7 +9,7 @@ from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
 from traitlets import Float
 
 from ..errors import OptionsError
-from ..launchers import guard_interrupts, on_load, on_unload
+from ..launchers import guard_interrupts, may_use_spark, on_load, on_unload
 from ..options import RunOptions, options_help, parse_options
 from ..views import make_view
 from . import background_magic, control, kept_magic
@@ -128,6 +128,11 @@ def _activate_embedded_session(*_: Any) -> None:
     guard_interrupts()
 
 
+def _background_runs() -> list[str]:
+    """The background runs and sweeps that have not ended and may run on Spark, in words (a session change waits)."""
+    return [f"run {r.id}" for r in runs() if r.background and not r.done() and may_use_spark(r.options)]
+
+
 class _Loaded:
     watch: IdleWatch | None = None   # the idle release (kernel/idle.py), while the extension is loaded
 
@@ -155,7 +160,7 @@ def load(ipython: Any) -> None:
     ipython.register_magics(DistributeMagics)
     control.register(ipython)  # the live view's Stacks control reaches the kernel while a cell runs
     ipython.events.register("pre_run_cell", _activate_embedded_session)
-    on_load(warm=os.environ.get(WARMUP_ENV, "1") != "0")
+    on_load(warm=os.environ.get(WARMUP_ENV, "1") != "0", busy_runs=_background_runs)
     if _Loaded.watch is None:
         _Loaded.watch = _idle_watch(ipython)
         for event in ("pre_run_cell", "post_run_cell"):

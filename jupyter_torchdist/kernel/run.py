@@ -50,7 +50,7 @@ def launch(work: Work, options: RunOptions, view: RunView | None = None) -> RunR
     payload = pack(work.fn, work.args, work.kwargs, max_bytes=options.max_payload_bytes)
     run = new_run(work.title, options)
     d = Driven(run, payload, options, work, ContinuedView(view or NullView()), _attempts)
-    return drive(d, [slots_gate(run, options)], deadline=time.time() + options.wait)
+    return drive(d, lambda: [slots_gate(run, options)], deadline=time.time() + options.wait)
 
 
 def launch_background(work: Work, options: RunOptions, view: RunView | None = None, *,

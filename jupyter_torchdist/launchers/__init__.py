@@ -1,10 +1,12 @@
 """Launcher backends, one per file, behind the small interface in ``base``; chosen by ``registry``.
 
-The built-in backends are registered here, and nowhere else. pyspark is imported only by the Spark
-backend's modules (``spark*``), when a run chooses it.
+The built-in backends are registered here, and nowhere else (the simulated ranks of ``simulated`` are registered by
+the tests and benchmarks that use them, never here: a user's kernel cannot pick them). pyspark is imported only by
+the Spark backend's modules (``spark*``), when a run chooses it.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from ..options import RunOptions
@@ -13,13 +15,7 @@ from .interrupts import guard_interrupts
 from .registry import Backend, backend_for, backends, launcher_for, register, unregister
 
 __all__ = ["Launcher", "Capacity", "DataPlane", "Backend", "register", "unregister", "backends", "backend_for",
-           "launcher_for", "data_plane", "on_load", "on_unload", "guard_interrupts", "before_run"]
-
-
-def _simulated(options: RunOptions) -> bool:
-    import os
-
-    return bool(os.environ.get("JUPYTER_TORCHDIST_SIMULATE"))  # launchers/simulated.py: tests and benchmarks
+           "launcher_for", "data_plane", "on_load", "on_unload", "guard_interrupts", "before_run", "may_use_spark"]
 
 
 def _local(options: RunOptions) -> bool:
@@ -44,7 +40,6 @@ def _no_java(options: RunOptions) -> bool:
     return not (options.local or options.spark_tasks) and not java_available() and not _connect(options)
 
 
-register("simulated", "jupyter_torchdist.launchers.simulated:SimulatedLauncher", _simulated, priority=1000)
 register("local", "jupyter_torchdist.launchers.local:LocalLauncher", _local, priority=100)
 register("no-java", "jupyter_torchdist.launchers.nojava:NoJavaLauncher", _no_java, priority=60)
 register("warming", "jupyter_torchdist.launchers.warming:WarmingLauncher", _warming, priority=50)
@@ -63,12 +58,12 @@ def data_plane(session: Any) -> DataPlane:
     return SparkDataPlane(session)
 
 
-def on_load(warm: bool) -> None:
+def on_load(warm: bool, busy_runs: Callable[[], list[str]] = lambda: []) -> None:
     """``%load_ext``: with ``warm``, the local process server starts (the first cells run on it), and the embedded
     Spark session may start when a run or a session needs it (``embedded``; never for a ``--local``-only notebook),
     unless the notebook already holds a Spark Connect session (its server's executors are the server's to warm).
     A session the notebook builds later is the embedded one when it asks for nothing else, else its own
-    (``give_way``)."""
+    (``give_way``, which waits for the kernel's ``busy_runs`` first: background runs and sweeps, in words)."""
     from .connect import connect_session
 
     if not warm or connect_session() is not None:
@@ -77,10 +72,16 @@ def on_load(warm: bool) -> None:
     from .local_server import get_zygote
 
     try:
+        give_way.runs_on_embedded = busy_runs
         give_way.install()
     except ImportError:
         return  # no pyspark: --local still works
     embedded.enable(get_zygote())
+
+
+def may_use_spark(options: RunOptions) -> bool:
+    """Whether a run with these options may hold a Spark session's slots (not one on local processes)."""
+    return not options.local
 
 
 def before_run(options: RunOptions) -> None:

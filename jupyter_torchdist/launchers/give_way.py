@@ -8,21 +8,29 @@ While the extension is loaded, ``SparkSession.builder...getOrCreate()`` first ch
   ``%load_ext``, while the warm-up runs, after). Without this, pyspark would start a ``local[*]`` session of its
   own when the builder ran before the embedded one was up (2 task slots here), and the embedded one later.
 * **Another master** (a cluster, another ``local[N]``, a Connect server started here) **or JVM settings** (driver
-  memory, jars): the embedded session, if it is up, is stopped, one line says so, and pyspark builds the session
-  asked for. Kept ranks on the embedded session keep it: the line then says to stop them first.
+  memory, Java options, jars): the embedded session and the JVM started for it are stopped, one line says so, and
+  pyspark builds the session asked for in a JVM of its own, as it would without the extension: none of the embedded
+  session's settings reach it, and its JVM settings apply. Background runs and sweeps on the embedded session are
+  waited for first (one line names them; an interrupt stops the waiting and changes nothing). Kept ranks on the
+  embedded session keep it: the line then says to stop them first.
 """
 from __future__ import annotations
 
 import functools
 import sys
+import time
+from collections.abc import Callable
 from typing import Any
 
-from . import embedded, spark_session
+from . import embedded, spark_jvm, spark_session
 from .spark_jobs import held_slots
 
-__all__ = ["install", "uninstall"]
+__all__ = ["install", "uninstall", "runs_on_embedded"]
 
 _original: Any = None
+# The kernel's background runs and sweeps that may use the embedded session, in words ("run 3"); set by the kernel
+# when the extension loads (the launchers do not know the kernel's runs).
+runs_on_embedded: Callable[[], list[str]] = lambda: []
 # Settings read when the JVM starts: the embedded session's JVM is already running, so they cannot apply.
 _JVM_LAUNCH = ("spark.driver.memory", "spark.driver.extraJavaOptions", "spark.driver.extraClassPath",
                "spark.driver.extraLibraryPath", "spark.jars", "spark.jars.packages", "spark.jars.repositories")
@@ -55,27 +63,38 @@ def _asked_master(builder: Any) -> str | None:
 
 
 def _give_way(builder: Any) -> None:
-    """Stop the embedded session if the builder asks for another master and nothing of ours runs on it."""
+    """Stop the embedded session and its JVM if the builder asks for another master or JVM settings and nothing of
+    ours needs them (background runs waited for; kept ranks keep them)."""
     asked = _asked_master(builder)
     late = sorted(set(getattr(builder, "_options", {}) or {}) & set(_JVM_LAUNCH))
     if (not asked and not late) or (asked or "").startswith("sc://"):
         return  # "the" session (the embedded one is it), or a remote Connect server (no SparkContext here)
     spark_session.wait_for_warm_up()
     session = spark_session.embedded_session()
-    if session is None or (asked and session.sparkContext.master == asked and not late):
-        return
+    if not spark_jvm.jvm_is_ours() or (session is not None and asked and session.sparkContext.master == asked
+                                       and not late):
+        return  # a JVM the notebook started itself: pyspark decides, as without the extension
     if held_slots():
         print(f"jupyter-torchdist: kept ranks run on the embedded local session, so pyspark returns it instead of "
-              f"a session on {asked}: stop them first (%distribute_stop), then build your session again.",
-              file=sys.stderr)
+              f"a session on {asked or ', '.join(late)}: stop them first (%distribute_stop), then build your session "
+              "again.", file=sys.stderr)
         return
-    spark_session.stop_embedded_session()
-    print(f"jupyter-torchdist: stopped its embedded local Spark session so that the one you asked for "
-          f"({asked or ', '.join(late)}) is yours; runs now go to it.", file=sys.stderr)
-    if late:
-        print(f"jupyter-torchdist: {', '.join(late)} cannot apply: the JVM they configure was started by %load_ext's "
-              "background start. Build the session before %load_ext (or set JUPYTER_TORCHDIST_WARMUP=0).",
-              file=sys.stderr)
+    _wait_for_runs()
+    spark_session.stop_embedded_session(jvm=True)
+    print(f"jupyter-torchdist: stopped its embedded local Spark session and its JVM so that the session you asked "
+          f"for ({asked or ', '.join(late)}) starts as it would without the extension; runs now go to it.",
+          file=sys.stderr)
+
+
+def _wait_for_runs(poll_s: float = 0.2) -> None:
+    """Background runs and sweeps on the embedded session end first (an interrupt ends the wait, not them)."""
+    busy = runs_on_embedded()
+    if not busy:
+        return
+    print(f"jupyter-torchdist: waiting for {', '.join(busy)} on the embedded Spark session to end before it makes "
+          "way for yours (interrupt to stop waiting; nothing changes)", file=sys.stderr, flush=True)
+    while runs_on_embedded():
+        time.sleep(poll_s)
 
 
 def install() -> None:

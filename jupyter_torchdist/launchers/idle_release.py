@@ -2,13 +2,16 @@
 
 Only what makes the next run fast goes, never what holds the notebook's state: the local process server (a Python
 that imported torch, 250 MB) unless ranks run on it, and the embedded session's idle Python workers (each a fork of
-Spark's daemon with its own few dozen MB) when no Spark job runs and no kept ranks hold the session's slots; the
-JVM is asked to return its free heap. The embedded session itself, its daemon (so that a run after the release
-forks warm workers again in well under a second) and every kept rank stay; the daemon, alone once its workers are
-gone, gives back the clean file-backed pages no other process maps (about 60 MB of torch's libraries for a notebook
-alone; little where other notebooks' daemons share them), read back from disk by the next run in about a tenth of a
-second (``jupyter_torchdist._pages``). ``release`` says what went;
-``rewarm`` brings it back in the background, as ``%load_ext`` and the first run would have.
+Spark's daemon with its own few dozen MB) when no kept ranks hold the session's slots; the JVM is asked to return its
+free heap. Workers go only the way Spark closes them itself: Spark stops the workers idle in its pool a minute after
+its last Python task (under the lock it hands workers out with, so a task never gets a closed one); the release asks
+it to do so at its next check, ten seconds at most, by marking its last activity long past. Where Spark cannot be
+asked, its own minute does it. The embedded session itself, its daemon (so that a run after the release forks warm
+workers again in well under a second) and every kept rank stay; the daemon, alone once its workers are gone, gives
+back the clean file-backed pages no other process maps (about 60 MB of torch's libraries for a notebook alone; little
+where other notebooks' daemons share them), read back from disk by the next run in about a tenth of a second
+(``jupyter_torchdist._pages``). ``release`` says what went; ``rewarm`` brings it back in the background, as
+``%load_ext`` and the first run would have.
 """
 from __future__ import annotations
 
@@ -41,10 +44,10 @@ def release() -> list[str]:
         gone.append("the local process server")
     session = spark_session.embedded_session()
     if session is not None and not held_slots() and not _spark_busy(session):
-        killed = _idle_workers_go(session)
-        Released.workers += killed
-        if killed:
-            gone.append(f"{killed} idle Spark Python worker{'s' if killed != 1 else ''}")
+        closed = _idle_workers_go(session)
+        Released.workers += closed
+        if closed:
+            gone.append(f"{closed} idle Spark Python worker{'s' if closed != 1 else ''}")
             try:
                 session.sparkContext._jvm.System.gc()  # the heap shrinks to what it holds (serial GC, free ratios)
             except Exception:
@@ -69,31 +72,45 @@ def _spark_busy(session: Any) -> bool:
         return True  # cannot tell: leave it
 
 
-def _idle_workers_go(session: Any) -> int:
-    """Stop the daemon's forked workers (no job runs: every one is idle). Spark passes over a pooled worker that has
-    exited and forks a fresh one from the daemon, which stays (torch imported)."""
+def _idle_workers_go(session: Any, wait_s: float = 15.0) -> int:
+    """Ask Spark to close its idle Python workers now (``_ask_spark``) and wait for it (its check runs every ten
+    seconds); then each daemon left alone gives its pages back. Returns how many workers went."""
     jvm = getattr(getattr(session.sparkContext, "_gateway", None), "proc", None)
-    daemons = _children(jvm.pid) if jvm is not None else []
-    killed = 0
+    daemons = [d for d in (_children(jvm.pid) if jvm is not None else [])
+               if spark_session.DAEMON_MODULE in _cmdline(d)]
+    before = sum(len(_children(d)) for d in daemons)
+    if before:
+        _ask_spark(session)
+        deadline = time.monotonic() + wait_s
+        while any(_children(d) for d in daemons) and time.monotonic() < deadline:
+            time.sleep(0.2)
     for daemon in daemons:
-        if spark_session.DAEMON_MODULE not in _cmdline(daemon):
-            continue
-        for worker in _children(daemon):
-            try:
-                os.kill(worker, signal.SIGKILL)
-                killed += 1
-            except OSError:
-                pass
-        _pages_back(daemon)
-    return killed
+        if not _children(daemon):
+            _pages_back(daemon)
+    return before - sum(len(_children(d)) for d in daemons)
 
 
-def _pages_back(daemon: int, wait_s: float = 3.0) -> None:
-    """Once the daemon's workers are gone (a page a worker still maps is kept), ask it to give its file pages back
+def _ask_spark(session: Any) -> bool:
+    """Mark each of the JVM's Python worker factories idle since long ago, so that Spark's own monitor closes their
+    idle workers at its next check (under the factory's lock: a task taking a worker meanwhile keeps it, and its
+    activity cancels the close). Spark's internals: where they differ, nothing is asked and Spark's own minute
+    of idleness does it. True when asked."""
+    try:
+        jvm = session.sparkContext._jvm
+        env = session.sparkContext._jsc.sc().env()
+        field = jvm.java.lang.Class.forName("org.apache.spark.SparkEnv").getDeclaredField("pythonWorkers")
+        field.setAccessible(True)
+        factories = jvm.scala.jdk.javaapi.CollectionConverters.asJava(field.get(env).valuesIterator())
+        while factories.hasNext():
+            getattr(factories.next(), "org$apache$spark$api$python$PythonWorkerFactory$$lastActivityNs_$eq")(0)
+        return True
+    except Exception:
+        return False
+
+
+def _pages_back(daemon: int) -> None:
+    """The daemon's workers are gone (a page a worker still maps is kept): ask it to give its file pages back
     (``SIGUSR1``, handled by ``jupyter_torchdist._daemon``)."""
-    deadline = time.monotonic() + wait_s
-    while _children(daemon) and time.monotonic() < deadline:
-        time.sleep(0.05)
     if _catches(daemon, signal.SIGUSR1):  # not yet (still importing), the signal's default would end it
         try:
             os.kill(daemon, signal.SIGUSR1)

@@ -12,8 +12,8 @@ Chosen when ``JUPYTER_TORCHDIST_SIMULATE`` is set in the kernel's environment, t
 ``every`` seconds for ``steps`` steps, a log line every ``log_every`` steps, a usage sample every second; ranks
 are spread over ``hosts`` simulated host names; ``fail_rank`` raises at ``fail_at`` seconds. Rank 0's value is
 ``{"rank": 0, "steps": steps}``. With ``tasks=T`` the ranks run inside T Spark barrier tasks of the notebook's session
-instead (``simulated_spark``: the Spark launcher's path at scale). Registered in ``launchers/__init__.py`` above
-every other backend.
+instead (``simulated_spark``: the Spark launcher's path at scale). Nothing registers it but the tests and benchmarks
+that use it (``enable``): a user's kernel never runs simulated ranks, whatever its environment says.
 """
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ from ..errors import LaunchError
 from ..options import RunOptions
 from .base import Capacity, Launcher
 
-__all__ = ["SimulatedLauncher", "SimSpec", "SIMULATE_ENV", "requested", "PER_PROCESS"]
+__all__ = ["SimulatedLauncher", "SimSpec", "SIMULATE_ENV", "requested", "enable", "disable", "PER_PROCESS"]
 
 SIMULATE_ENV: Final = "JUPYTER_TORCHDIST_SIMULATE"
 PER_PROCESS: Final = 256   # simulated ranks (threads) per process
@@ -72,6 +72,20 @@ class SimSpec:
 def requested(options: RunOptions | None = None) -> bool:
     """Whether runs go to simulated ranks (the kernel's environment says so)."""
     return bool(os.environ.get(SIMULATE_ENV))
+
+
+def enable() -> None:
+    """Register the simulated backend above every other (tests and benchmarks only): from then on a run goes to
+    simulated ranks whenever ``JUPYTER_TORCHDIST_SIMULATE`` is set in this process's environment."""
+    from .registry import register
+
+    register("simulated", "jupyter_torchdist.launchers.simulated:SimulatedLauncher", requested, priority=1000)
+
+
+def disable() -> None:
+    from .registry import unregister
+
+    unregister("simulated")
 
 
 _WORKER = ("import sys, cloudpickle\n"

@@ -6,7 +6,9 @@ the kernel's own channel, so Spark only places and, if need be, cancels the task
 from __future__ import annotations
 
 import functools
+import os
 import queue
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -18,6 +20,7 @@ from ..errors import LaunchError
 from ..gpus import gpus_per_task, require_local_gpus, task_ranks
 from ..options import RunOptions
 from . import give_way
+from .interrupts import our_jobs
 from .base import Capacity, Launcher
 from .spark_master import who_holds_cores
 from .spark_jobs import error_summary, explain_worker_python, held_slots, hold, release, submit_job
@@ -131,8 +134,15 @@ _DYNAMIC_HINT = ("With dynamic allocation Spark asks the cluster for an executor
 
 def _honour_python(sc: Any, conf: dict[str, str]) -> None:
     """``spark.pyspark.python`` on the session names the executors' Python; pyspark's SparkContext only reads the
-    PYSPARK_PYTHON environment variable for it (a notebook kernel seldom has it set), so ours apply the setting."""
+    PYSPARK_PYTHON environment variable for it (a notebook kernel seldom has it set), so ours apply the setting. A
+    local master with neither runs its Python workers on this machine: they get the kernel's Python (pyspark would
+    take the first ``python3`` on the PATH, seldom the one with torch), said once per session."""
     want = conf.get("spark.pyspark.python")
+    if not want and not os.environ.get("PYSPARK_PYTHON") and sc.master.startswith("local"):
+        want = sys.executable
+        if getattr(sc, "pythonExec", want) != want:
+            print(f"jupyter-torchdist: this session ({sc.master}) names no Python for its workers (neither "
+                  f"spark.pyspark.python nor PYSPARK_PYTHON): they run the kernel's, {want}.", file=sys.stderr)
     if want and getattr(sc, "pythonExec", want) != want:
         sc.pythonExec = want
 
@@ -283,7 +293,8 @@ class SparkLauncher(Launcher):
             try:
                 sc.setJobGroup(group, f"%%distribute -n {plan.world_size}", interruptOnCancel=True)
                 ranks = sc.parallelize(range(count), count)
-                ends = (ranks if dynamic else ranks.barrier()).mapPartitions(task).collect()
+                with our_jobs(group):
+                    ends = (ranks if dynamic else ranks.barrier()).mapPartitions(task).collect()
                 error = _retried(ends)
             except BaseException as exc:
                 error = explain_worker_python(error_summary(exc), sc.pythonExec, _executor_hosts(sc))

@@ -6,6 +6,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from .interrupts import claim, unclaim
 from .spark_jobs import error_summary, held_slots, submit_job
 from .spark_session import conf_of, dynamic_allocation, slots_available
 
@@ -88,9 +89,11 @@ class SparkDataPlane(PlaneBase):
             pass
 
     def begin(self, group: str, what: str) -> None:
+        claim(group)  # an interrupt of another cell leaves these jobs running
         self._sc.setJobGroup(group, what, interruptOnCancel=True)
 
     def end(self, group: str) -> None:
+        unclaim(group)
         for key in (self._piece_property, "spark.jobGroup.id"):
             if key:
                 self._sc.setLocalProperty(key, None)

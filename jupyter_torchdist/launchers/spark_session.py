@@ -10,19 +10,20 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable
 from typing import Any, Final
 
+from . import spark_jvm
+from .spark_jvm import session_log
+
 __all__ = ["get_session", "dynamic_allocation", "embedded_session", "local_slots", "stop_embedded_session",
            "warm_up_async", "activate", "activate_embedded", "slots_available", "conf_of", "session_log",
            "embedded_slots", "is_embedded",
-           "driver_has_gpu", "warming", "wait_for_warm_up", "building", "warm_workers", "SLOTS_ENV", "DAEMON_MODULE",
-           "JVM_OPTIONS"]
+           "driver_has_gpu", "warming", "wait_for_warm_up", "building", "warm_workers", "SLOTS_ENV",
+           "DAEMON_MODULE", "JVM_OPTIONS"]
 
 DAEMON_MODULE: Final = "jupyter_torchdist._daemon"
 SLOTS_ENV: Final = "JUPYTER_TORCHDIST_SPARK_SLOTS"
@@ -32,7 +33,6 @@ JVM_OPTIONS: Final = "-XX:+UseSerialGC -Xms32m -XX:MinHeapFreeRatio=10 -XX:MaxHe
 
 _session_lock = threading.RLock()
 _embedded: Any = None
-_log_path: str | None = None
 _warm_thread: threading.Thread | None = None
 _conf_cache: dict[int, tuple[Any, dict[str, str]]] = {}
 timeline: dict[str, float] = {}  # the warm-up's moments (time.time()): where a fresh notebook's seconds go
@@ -44,11 +44,6 @@ def embedded_slots() -> int:
     if text.isdigit() and int(text) > 0:
         return int(text)
     return DEFAULT_SLOTS
-
-
-def session_log() -> str | None:
-    """The file holding the embedded session's JVM output (start-up, executor and Python worker logs)."""
-    return _log_path
 
 
 # -- settings ---------------------------------------------------------------------------------------
@@ -107,8 +102,10 @@ def _driver_memory() -> str:
 
 
 def _embedded_conf(slots: int) -> dict[str, str]:
-    python = os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    """The embedded session's settings. They stay its own: nothing here goes into the kernel's environment, and the
+    JVM forgets them once the session is up (``_forget_launch_settings``), so a session the notebook builds later
+    gets none of them."""
+    python = os.environ.get("PYSPARK_PYTHON") or sys.executable
     return {
         "spark.master": f"local[{slots}]", "spark.app.name": "jupyter-torchdist",
         "spark.default.parallelism": str(max(2, os.cpu_count() or 1)),  # user jobs split by cores, not slots
@@ -126,33 +123,6 @@ def _embedded_conf(slots: int) -> dict[str, str]:
     }
 
 
-def _quiet_gateway(conf: dict[str, str]) -> None:
-    """Start the JVM with its output in a log file (only when no JVM runs yet in this process)."""
-    global _log_path
-    from pyspark import SparkConf, SparkContext
-    from pyspark.java_gateway import launch_gateway
-
-    if SparkContext._gateway is not None:
-        return
-    fd, path = tempfile.mkstemp(prefix="jupyter-torchdist-spark-", suffix=".log")
-    with os.fdopen(fd, "wb") as log:
-        spark_conf = SparkConf().setAll(list(conf.items()))
-        gateway = launch_gateway(spark_conf, popen_kwargs={"stdout": log,  # type: ignore[no-untyped-call]
-                                                           "stderr": subprocess.STDOUT})
-    _log_path = path
-    SparkContext._ensure_initialized(gateway=gateway)
-
-
-def _log_tail(lines: int = 40) -> str:
-    if _log_path is None:
-        return ""
-    try:
-        with open(_log_path, errors="replace") as f:
-            return "".join(f.readlines()[-lines:])
-    except OSError:
-        return ""
-
-
 _building = threading.local()  # this thread builds the embedded session: give_way's check stands aside
 
 
@@ -167,16 +137,19 @@ def _start_embedded() -> Any:
     conf = _embedded_conf(embedded_slots())
     _building.on = True
     try:
-        _quiet_gateway(conf)
+        spark_jvm.quiet_gateway(conf)
         builder = SparkSession.builder
         for key, value in conf.items():
             builder = builder.config(key, value)
         session = builder.getOrCreate()
     except Exception as exc:
-        tail = _log_tail()
-        raise RuntimeError(f"{exc}" + (f"\n--- the JVM said ({_log_path}) ---\n{tail}" if tail else "")) from None
+        tail = spark_jvm.log_tail()
+        raise RuntimeError(f"{exc}" + (f"\n--- the JVM said ({spark_jvm.session_log()}) ---\n{tail}" if tail
+                                       else "")) from None
     finally:
         _building.on = False
+    spark_jvm.forget_launch_settings(session, conf)
+    session.sparkContext.pythonExec = conf["spark.pyspark.python"]  # pyspark reads PYSPARK_PYTHON, which we leave
     session.sparkContext.setLogLevel("ERROR")
     return session
 
@@ -256,12 +229,17 @@ def driver_has_gpu(session: Any) -> bool | None:
         return None
 
 
-def stop_embedded_session() -> None:
+def stop_embedded_session(jvm: bool = False) -> None:
+    """Stop the embedded session; with ``jvm``, the JVM started for it too (and with it its Python daemon and
+    workers), so that the next session is started in a JVM of its own with exactly its own settings."""
     global _embedded
     with _session_lock:
         if _embedded is not None:
             _embedded.stop()
             _embedded = None
+        if jvm and spark_jvm.jvm_is_ours():
+            spark_jvm.stop_jvm()
+            _conf_cache.clear()
 
 
 def _warm_task(_: Any) -> Any:

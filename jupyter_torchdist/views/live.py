@@ -41,6 +41,7 @@ CSS = STATIC / "widget.css"
 SNAPSHOT_BYTES_S: Final = 100_000  # the snapshot trait's bytes a second, at most (about 10 frames of 10 KB)
 TABLE_BYTES_S: Final = 40_000      # the many-rank table's
 TABLE_MIN_S: Final = 1.0           # ... sent at most once a second
+REPORT_PLACED: Final = "report-placed"  # the front end's word: the report is in the widget's place (stop.ts)
 MANY_FRAME_S: Final = 0.25         # a many-rank run's frames: each is O(ranks) to make
 
 
@@ -66,6 +67,18 @@ class _FrontEnd(anywidget.AnyWidget):
         # Read at each run, not at import: the module imports without a built front end,
         # and a rebuilt one is picked up without restarting the kernel.
         super().__init__(_esm=ESM.read_text(encoding="utf-8"), _css=CSS.read_text(encoding="utf-8"), **traits)
+        self.on_msg(self._from_front_end)
+
+    def _from_front_end(self, _: Any, content: Any, buffers: Any) -> None:
+        """The front end put the report in the widget's place in the notebook (``report.ts``): the widget's work is
+        done, and closing it gives back what the kernel held for it. Where no front end says so (one without the
+        extension shows the widget's last frame instead), the widget stays."""
+        if isinstance(content, dict) and content.get("event") == REPORT_PLACED and self.report:
+            self.close()
+            for name in self.released:  # the notebook holds the report now; this widget is never drawn again
+                self.set_trait(name, type(getattr(self, name))())
+
+    released: tuple[str, ...] = ("report", "_esm", "_css")
 
 
 class RunWidget(_FrontEnd):
@@ -75,6 +88,8 @@ class RunWidget(_FrontEnd):
     table = traitlets.Dict().tag(sync=True)  # a many-rank run's every rank in a few columns (schema.TableSnapshot)
     focus = traitlets.List(traitlets.Int()).tag(sync=True)  # ranks the user opened: their full rows are sent
 
+    released = ("report", "_esm", "_css", "snapshot", "table")
+
     def __init__(self, snapshot: Mapping[str, Any]) -> None:
         super().__init__(snapshot=snapshot)
 
@@ -83,6 +98,8 @@ class SweepWidget(_FrontEnd):
     """A sweep's comparison view (``compare.py``): syncs the sweep's snapshot."""
 
     sweep = traitlets.Dict().tag(sync=True)
+
+    released = ("report", "_esm", "_css", "sweep")
 
     def __init__(self, sweep: Mapping[str, Any]) -> None:
         super().__init__(sweep=sweep)

@@ -7,7 +7,7 @@
  */
 import { ISort, renderCompare } from './compare';
 import { morphChildren } from './morph';
-import { requestReport, requestStop } from './stop';
+import { REPORT_PLACED, requestReport, requestStop } from './stop';
 
 const P = 'jp-TorchDist';
 
@@ -65,6 +65,7 @@ interface ISweepModel {
   get(name: string): unknown;
   on(event: string, callback: () => void): void;
   off(event: string, callback: () => void): void;
+  send(content: object): void; // a custom message to the kernel's widget
 }
 
 /** The live comparison view: draws the synced `sweep`, at most once a frame. */
@@ -105,6 +106,9 @@ export class CompareWidget {
     const bundle = this.model.get('report');
     if (bundle && typeof bundle === 'object' && Object.keys(bundle).length && !this.reported) {
       this.reported = requestReport(this.el, bundle as Record<string, unknown>);
+      if (this.reported) {
+        this.model.send({ event: REPORT_PLACED }); // the kernel may close this widget: the report holds the run
+      }
     }
   };
 

@@ -39,6 +39,9 @@ export function requestStop(origin: HTMLElement, run: number | null = null): boo
 export const REPORT_EVENT = 'jupyter-torchdist:report';
 
 /** Ask for the view's output to become `bundle` (a MIME bundle); true when a handler took it. */
+/** Told to the kernel once the report is in the widget's place: it closes the widget (`views/live.py`). */
+export const REPORT_PLACED = 'report-placed';
+
 export function requestReport(origin: HTMLElement, bundle: Record<string, unknown>): boolean {
   const event = new CustomEvent(REPORT_EVENT, {
     bubbles: true,

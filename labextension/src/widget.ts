@@ -11,7 +11,7 @@ import { backgroundRun } from './header';
 import { requestFocus } from './paged';
 import { IN_FLIGHT, ILiveOptions, StopState } from './render';
 import { requestStacks } from './stacks';
-import { requestReport, requestStop, stopAvailable } from './stop';
+import { REPORT_PLACED, requestReport, requestStop, stopAvailable } from './stop';
 import { IRunSnapshot } from './types';
 import { ReportView } from './view';
 
@@ -22,6 +22,7 @@ export interface IModel {
   save_changes(): void;
   on(event: string, callback: () => void): void;
   off(event: string, callback: () => void): void;
+  send(content: object): void; // a custom message to the kernel's widget
 }
 
 interface IRenderProps {
@@ -122,6 +123,9 @@ class LiveWidget {
     const bundle = this.model.get('report');
     if (bundle && typeof bundle === 'object' && Object.keys(bundle).length && !this.reported) {
       this.reported = requestReport(this.el, bundle as Record<string, unknown>);
+      if (this.reported) {
+        this.model.send({ event: REPORT_PLACED }); // the kernel may close this widget: the report holds the run
+      }
     }
   };
 

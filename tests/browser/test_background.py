@@ -41,6 +41,9 @@ CELLS = [
     "    if lr == 2.0 and step == 10:\n"
     "        raise FloatingPointError('diverged at step 10')\n"
     "{'loss': lr / 20}",
+    "from ipywidgets import Widget\n"                                          # 6: what the kernel still holds
+    "print('open views:', sorted(type(w).__name__ for w in Widget.widgets.values() if 'Widget' in type(w).__name__"
+    " and hasattr(w, 'report')))",
 ]
 SWEEP_LIVE = f"{LIVE} .jp-TorchDist-sweep"
 SWEEP_REPORT = ".jp-TorchDist-sweep:not(.jp-TorchDist-isLive)"
@@ -130,3 +133,11 @@ def test_a_sweeps_comparison_view_sorts_names_the_failed_run_and_is_saved(lab: L
     mimes = [o.get("data", {}) for o in _outputs(lab, 5)]
     assert any("application/vnd.jupyter-torchdist.sweep+json" in m for m in mimes), mimes
     lab.shot("sweep-report", cell)
+
+
+def test_a_finished_background_views_widget_is_closed_once_its_report_is_in_place(lab: Lab) -> None:
+    """The extension tells the kernel when the report is in the view's place; the kernel closes the widget then, so
+    finished runs and sweeps hold nothing for their views (run after the tests above: every view has ended)."""
+    lab.wait_idle_kernel()
+    lab.run_cell(6)
+    lab.cell(6).locator(".jp-OutputArea-output:has-text('open views: []')").wait_for(timeout=30_000)

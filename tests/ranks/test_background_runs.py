@@ -3,6 +3,7 @@ side (no run waits for another's Spark lane), a stop reaches one run only, and a
 --concurrent. On Spark, an interrupt cancels the application's other jobs and leaves ours (launchers/interrupts.py)."""
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
 import time
@@ -66,7 +67,8 @@ def test_an_interrupt_cancels_the_applications_other_jobs_never_ours(spark):
         if group:
             sc.setJobGroup(group, "test", interruptOnCancel=True)
         try:
-            sc.parallelize(range(1), 1).map(lambda x: __import__("time").sleep(20)).collect()
+            with interrupts.our_jobs(group) if group else contextlib.nullcontext():
+                sc.parallelize(range(1), 1).map(lambda x: __import__("time").sleep(20)).collect()
             ended[group] = "finished"
         except Exception:
             ended[group] = "cancelled"

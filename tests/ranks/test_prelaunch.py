@@ -123,7 +123,8 @@ def test_the_embedded_session_starts_quietly_and_is_the_active_session(slot_run)
     r = slot_run["embedded"]
     assert r["active"], "SparkSession.getActiveSession() returns the embedded session on the main thread"
     noise = ("Using incubator modules", "log4j", "Setting default log level", "NativeCodeLoader")
-    assert not [n for n in noise if n in slot_run["stderr"]], slot_run["stderr"][-2000:]
+    ours = slot_run["stderr"].split("stopped its embedded local Spark session")[0]  # the user's JVM talks as usual
+    assert not [n for n in noise if n in ours], ours[-2000:]
     assert any(n in r["log"] for n in noise), "the chatter is kept in the session log"
 
 

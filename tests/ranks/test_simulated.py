@@ -10,8 +10,17 @@ import pytest
 import jupyter_torchdist as jt
 from jupyter_torchdist.errors import LaunchError, RunFailed
 from jupyter_torchdist.launchers import backend_for
+from jupyter_torchdist.launchers import simulated
 from jupyter_torchdist.launchers.simulated import PER_PROCESS, SIMULATE_ENV
 from jupyter_torchdist.options import RunOptions
+
+
+@pytest.fixture(autouse=True)
+def registered():
+    """The tests register the simulated backend themselves: the package never does."""
+    simulated.enable()
+    yield
+    simulated.disable()
 
 
 def noop() -> None:
@@ -75,3 +84,16 @@ def test_hundreds_of_simulated_ranks_inside_spark_barrier_tasks_run_fail_and_sto
     assert time.monotonic() - t0 < 30  # not the 40 s the ranks would otherwise train
     assert "rank 300" in str(caught.value) and "simulated failure on rank 300" in str(caught.value)
     assert not spark.sparkContext.statusTracker().getActiveJobsIds(), "the barrier job outlived its run"
+
+
+def test_a_stale_simulation_variable_changes_nothing_in_a_users_process(tmp_path):
+    """A fresh process (a user's kernel) with JUPYTER_TORCHDIST_SIMULATE left in its environment runs the real code."""
+    import os
+    import subprocess
+    import sys
+
+    code = "import jupyter_torchdist as jt\nprint('VALUE', jt.run(pow, 6, 2, n=2, local=True))"
+    env = {**os.environ, SIMULATE_ENV: "steps=5,every=0.01"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120,
+                          stdin=subprocess.DEVNULL, cwd=tmp_path)
+    assert "VALUE 36" in done.stdout, done.stdout + done.stderr

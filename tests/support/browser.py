@@ -91,7 +91,8 @@ CELLS = [
     "view.finish(st.snapshot(log_tail=view.log_tail))",
     # 6-8: 1,024 simulated ranks over 16 hosts (the real kernel side, simulated ranks: launchers/simulated.py);
     # rank 700 raises 30 s in. A many-rank run is drawn as a summary and a paged table.
-    f"import os\nos.environ['JUPYTER_TORCHDIST_SIMULATE'] = {MANY_SPEC!r}",
+    f"import os\nos.environ['JUPYTER_TORCHDIST_SIMULATE'] = {MANY_SPEC!r}\n"
+    "from jupyter_torchdist.launchers import simulated\nsimulated.enable()  # tests register it, never the package",
     "%%distribute -n 1024\npass",
     "del os.environ['JUPYTER_TORCHDIST_SIMULATE']",
 ]

@@ -226,3 +226,41 @@ def test_display_view_redraws_the_report_in_place_and_ends_with_it(published, mo
     assert len(ids) == 1, "one output, redrawn in place"
     assert updates[0]["data"][MIME_TYPE]["ranks"][0]["step"] == 11
     assert updates[-1]["data"][MIME_TYPE]["status"] == "failed"
+
+
+def test_a_finished_background_runs_widget_closes_once_the_front_end_put_its_report_in_place(built, published):
+    """What a finished background run's view keeps in the kernel: its widget until the front end (report.ts) says
+    the report is in the widget's place, then nothing of its state (measured against 100 KB per run)."""
+    import gc
+    import tracemalloc
+
+    from ipywidgets import Widget
+
+    def finished_view() -> tuple[LiveView, str]:
+        st = _busy_run(8, lines=400, steps=300)
+        view = LiveView(background=True)
+        view.start(st.snapshot(log_tail=view.log_tail))
+        view.finish(st.snapshot(log_tail=view.log_tail))
+        assert view.widget is not None and view.widget.report
+        return view, view.widget.model_id
+
+    held, held_id = finished_view()  # no word from a front end: the widget stays (it shows the run's last frame)
+    held.widget._handle_custom_msg({"event": "something else"}, [])
+    assert held.widget.comm is not None and held_id in Widget.widgets
+
+    gc.collect()
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    views = []
+    for _ in range(10):
+        views.append(finished_view())
+        published.clear()  # what the display machinery sent is the front end's, not the kernel's
+    for view, _ in views:
+        view.widget._handle_custom_msg({"event": live.REPORT_PLACED}, [])
+    gc.collect()
+    per_run = (tracemalloc.get_traced_memory()[0] - before) / len(views)
+    tracemalloc.stop()
+    assert all(view.widget.comm is None and model_id not in Widget.widgets for view, model_id in views)
+    assert all(view.widget.snapshot == {} and view.widget.report == {} for view, _ in views)
+    assert per_run < 100_000, f"{per_run / 1000:.0f} KB kept per finished background run"
+    held.widget.close()
