@@ -91,3 +91,25 @@ def test_a_sweep_of_six_runs_two_at_a_time_with_one_comparison_view_and_a_table(
     at_once = _text(kernel, "runs = s.runs\nprint(max(sum(1 for o in runs if o.started_at <= r.started_at < o.ended_at)"
                             " for r in runs))")
     assert at_once == "2"
+
+
+def test_interrupting_a_foreground_run_at_each_stage_leaves_background_runs_sweeps_and_kept_ranks_alone(kernel):
+    """local[4]: kept ranks, a background run and a sweep hold three slots; a foreground run is interrupted while
+    queued (it needs two), while starting and while training. The others go on and end well."""
+    _text(kernel, "%%distribute -n 1 --keep\nkept = 'alive'")
+    assert kernel.execute(SLEEPY.format(steps=200, value="'background'").replace("-n 2", "-n 1"))["status"] == "ok"
+    r = kernel.execute("%%distribute -n 1 --sweep \"lr=[1.0, 2.0]\" --concurrent 1\nimport time\ntime.sleep(8)\nlr")
+    assert r["status"] == "ok", kernel.text(r)
+    _text(kernel, "bg, sweep = jt.runs()[-3], jt.runs()[-1].sweep\nimport time\nt0 = time.time()\n"
+                  "while (bg.state, sweep.runs[0].state) != ('running', 'running') and time.time() - t0 < 60: "
+                  "time.sleep(0.1)")
+    for cell, after in (("%%distribute -n 2\n1", 2.0),                                    # queued: 1 slot free
+                        ("%%distribute -n 1\nimport time\ntime.sleep(60)", 0.5),            # starting
+                        ("%%distribute -n 1\nimport time\ntime.sleep(60)", 4.0)):           # training
+        r = kernel.execute(cell, interrupt_after=after, timeout=60)
+        assert r["status"] == "error", kernel.text(r)
+        assert r["error"]["ename"] in ("KeyboardInterrupt", "RunInterrupted"), kernel.text(r)
+    assert _text(kernel, "%%distribute --keep\nkept").endswith("'alive'"), "the kept ranks answer"
+    ended = _text(kernel, "print(bg.result(timeout=120), bg.state)\nsweep.wait(120)\n"
+                          "print([r.state for r in sweep.runs])\n%distribute_stop")
+    assert ended.splitlines()[:2] == ["background done", "['done', 'done']"], ended
