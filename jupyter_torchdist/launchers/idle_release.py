@@ -100,7 +100,7 @@ def _ask_spark(session: Any) -> bool:
         env = session.sparkContext._jsc.sc().env()
         field = jvm.java.lang.Class.forName("org.apache.spark.SparkEnv").getDeclaredField("pythonWorkers")
         field.setAccessible(True)
-        factories = jvm.scala.jdk.javaapi.CollectionConverters.asJava(field.get(env).valuesIterator())
+        factories = field.get(env).valuesIterator()  # a Scala iterator: hasNext and next, on Scala 2.12 and 2.13
         while factories.hasNext():
             getattr(factories.next(), "org$apache$spark$api$python$PythonWorkerFactory$$lastActivityNs_$eq")(0)
         return True
