@@ -1,4 +1,5 @@
-"""``python -m jupyter_torchdist -n 2 [--local] [--gpu] train.py ARGS``: torchrun's job, our runtime.
+"""``python -m jupyter_torchdist -n 2 [--local] [--gpu] train.py ARGS``: torchrun's job, our runtime. (Also the
+``jupyter-torchdist`` command; ``jupyter-torchdist doctor [--gpu]`` checks the installation: ``kernel/doctor.py``.)
 
 The options are the magic's (one parser, one help text: ``options.py``). horovodrun's spelling of the
 one-machine case, ``-np 4 [-H localhost:4] python train.py ARGS``, is translated into them first
@@ -183,6 +184,10 @@ def _run(options: RunOptions) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
     args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["doctor"]:
+        from .kernel.doctor import main as doctor
+
+        return doctor(args[1:])
     if _wants_help(args):
         print(options_help(CLI_PROG))
         return 0

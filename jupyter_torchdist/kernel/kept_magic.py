@@ -6,6 +6,7 @@ from typing import Any
 
 from ..errors import LaunchError
 from ..launchers import backend_for
+from ..launchers.limits import check_background
 from ..options import RunOptions
 from ..rank.kept_payload import KeptPostMortem
 from ..views import make_view
@@ -17,7 +18,7 @@ from .pickling import pack
 from .restarts import ContinuedView
 from .result import RunResult
 from .run import Work
-from .runs import Run, new_run
+from .runs import Run, background_going, new_run
 
 __all__ = ["run_kept", "stop_kept", "kept", "debug_kept"]
 
@@ -98,6 +99,7 @@ def run_kept(shell: Any, line: str, cell: str, options: RunOptions, number: int)
 
     view = make_view(shell, options.quiet, background=options.background)
     if options.background:
+        check_background(background_going())
         d = background_run(payload, run_options, view, work, attempts)
         go(d, on_end=_stores(shell, options.output), gates=lambda: [ranks.turn(d.run)])
         return d.run

@@ -6,10 +6,10 @@ from typing import Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
-from traitlets import Float
+from traitlets import Float, Int, observe
 
 from ..errors import OptionsError
-from ..launchers import guard_interrupts, may_use_spark, on_load, on_unload
+from ..launchers import guard_interrupts, limits, may_use_spark, on_load, on_unload
 from ..options import RunOptions, options_help, parse_options
 from ..views import make_view
 from . import background_magic, control, kept_magic
@@ -57,6 +57,17 @@ class DistributeMagics(Magics):
     idle_seconds = Float(DEFAULT_IDLE_S, help="Seconds with no cell executed, no run and no kept ranks after which "
                          "the notebook gives back what only speeds up the next run (the local process server, idle "
                          f"Spark Python workers); 0: never. The environment's {IDLE_ENV} wins.").tag(config=True)
+    max_local_ranks = Int(0, help="The largest -n of a run as local processes on this machine (--local); 0: no "
+                          f"limit. For a server's administrator; {limits.ENV['local_ranks']} wins.").tag(config=True)
+    max_embedded_ranks = Int(0, help="The largest -n on the embedded local Spark session; 0: no limit. "
+                             f"{limits.ENV['embedded_ranks']} wins.").tag(config=True)
+    max_background_runs = Int(0, help="How many background runs and sweeps one notebook may have going at once; 0: "
+                              f"no limit. {limits.ENV['background_runs']} wins.").tag(config=True)
+
+    @observe("max_local_ranks", "max_embedded_ranks", "max_background_runs")
+    def _limits_changed(self, _: Any = None) -> None:
+        limits.configure(local_ranks=self.max_local_ranks, embedded_ranks=self.max_embedded_ranks,
+                         background_runs=self.max_background_runs)
 
     @line_cell_magic
     def distribute(self, line: str, cell: str | None = None) -> Any:
@@ -85,6 +96,15 @@ class DistributeMagics(Magics):
             return None
         return Work(compiled.fn, title=f"%%distribute {line}".strip(), filename=compiled.filename,
                     source=compiled.source)
+
+    @line_magic
+    def distribute_doctor(self, line: str) -> None:
+        """What this installation has and lacks, each finding with its fix (``%distribute_doctor --gpu`` when
+        GPU runs are expected); the notebook's own SparkSession's executors too, when it has one."""
+        from ..launchers.sessions import notebook_session
+        from .doctor import diagnose, report
+
+        print(report(diagnose(gpu="--gpu" in line.split(), session=notebook_session())))
 
     @line_magic
     def distribute_debug(self, line: str) -> None:
@@ -158,6 +178,9 @@ def _idle_watch(ipython: Any) -> IdleWatch:
 
 def load(ipython: Any) -> None:
     ipython.register_magics(DistributeMagics)
+    magics = ipython.magics_manager.registry.get("DistributeMagics")
+    if magics is not None:
+        magics._limits_changed()  # the configuration a profile set when the magics were made
     control.register(ipython)  # the live view's Stacks control reaches the kernel while a cell runs
     ipython.events.register("pre_run_cell", _activate_embedded_session)
     on_load(warm=os.environ.get(WARMUP_ENV, "1") != "0", busy_runs=_background_runs)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import DistributeError, RunError, RunFailed, RunInterrupted
+from ..launchers.limits import check_background
 from ..options import RunOptions
 from ..views import NullView, RunView
 from .driver import Driven, background_run, drive, go, slots_gate
@@ -21,7 +22,7 @@ from .pickling import pack
 from .rankset import RankSet
 from .result import RunResult
 from .restarts import Attempt, CheckpointFolder, ContinuedView, failed_attempt
-from .runs import Run, last_result, new_run
+from .runs import Run, background_going, last_result, new_run
 from .supervisor import plain_sigint
 
 __all__ = ["Work", "launch", "launch_background", "prepare_background", "execute", "last_run"]
@@ -57,6 +58,7 @@ def launch_background(work: Work, options: RunOptions, view: RunView | None = No
                       on_end: Callable[[Run], None] | None = None) -> Run:
     """Start ``work`` on fresh ranks and return its handle at once (``Run``); the run goes on on a thread of its own,
     waiting its turn for slots first. ``on_end`` is called with the handle once the run has ended."""
+    check_background(background_going())
     d = prepare_background(work, options, view)
     go(d, on_end)
     return d.run

@@ -225,6 +225,13 @@ def runs() -> RunList:
         return RunList(_registry.all)
 
 
+def background_going() -> int:
+    """Background runs and sweeps of this kernel that have not ended (a sweep counts once)."""
+    going = runs()
+    sweeps = {id(r.sweep) for r in going if r.sweep is not None and not r.sweep.done()}
+    return sum(1 for r in going if r.background and r.sweep is None and not r.done()) + len(sweeps)
+
+
 def find(number: int) -> Run | None:
     with _registry.lock:
         return next((r for r in _registry.all if r.id == number), None)

@@ -18,11 +18,12 @@ from typing import Any, Final
 from ..errors import RunInterrupted
 from ..grid import Grid, combinations
 from ..launchers import backend_for
+from ..launchers.limits import check_background
 from ..options import RunOptions
 from ..rank.params import WithGlobals
 from .driver import Driven, go
 from .run import Work, prepare_background
-from .runs import ENDED, Run
+from .runs import ENDED, Run, background_going
 from .sweep_state import metric_of, results_rows, sweep_snapshot
 
 __all__ = ["Sweep", "start_sweep", "sweep_cell", "sweep_function"]
@@ -62,6 +63,7 @@ class Sweep:
         self.runs: list[Run] = []
         self.started_at = time.time()
         self.concurrent: int | None = options.concurrent
+        self.most: int | None = None  # the server's limit on runs at once (launchers/limits.py), if any
         self._view = view
         self._cv = threading.Condition()
         self._pending: list[Driven] = []
@@ -137,7 +139,7 @@ class Sweep:
 
     def _loop(self) -> None:
         try:
-            self.concurrent = self.concurrent or _default_concurrency(self.options)
+            self.concurrent = self.concurrent or min(_default_concurrency(self.options), self.most or 1 << 30)
             last = 0.0
             while not all(run.done() for run in self.runs):
                 self._launch_what_fits()
@@ -182,8 +184,10 @@ def start_sweep(works: Sequence[tuple[Work, dict[str, Any]]], options: RunOption
                 title: str) -> Sweep:
     """Every combination's run, queued (the first frame of the comparison view drawn here), then started by the
     sweep's thread."""
+    most = check_background(background_going(), options.concurrent)
     member_options = replace(options, background=True, sweep=(), concurrent=None, output=None)
     sweep = Sweep(title, grid, options, view)
+    sweep.most = most
     pending = [prepare_background(work, member_options, sweep.members, params) for work, params in works]
     sweep._start(pending)
     return sweep

@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Union
 
 from ..errors import DistributeError, LaunchError
 from ..launchers.spark_security import IGNORE_SSL_KEY, require_ssl_consent, session_conf
+from ..launchers.sessions import notebook_session
 from ..options import RunOptions
 from ..views import make_view
 from .result import RunResult
@@ -40,25 +40,7 @@ def _shell() -> Any:
 
 
 # -- which SparkSession decides ----------------------------------------------------------------------------------
-def _notebook_session() -> Any | None:
-    """The notebook's own SparkSession (classic or Connect), found as pyspark's ``SparkSession.active()`` finds it;
-    None when there is none or it is our embedded one. Never starts a session and never imports pyspark: if pyspark
-    is not loaded no session can exist, and a ``--local``-only notebook keeps it unloaded."""
-    from ..launchers.connect import connect_session
-
-    connect = connect_session()
-    if connect is not None:
-        return connect
-    sql = sys.modules.get("pyspark.sql")
-    if sql is None:
-        return None
-    from ..launchers.spark_session import is_embedded
-
-    try:
-        session = sql.SparkSession.active()
-    except Exception:  # none active and none instantiated
-        return None
-    return None if is_embedded(session) else session
+_notebook_session = notebook_session  # (a name of this module: tests stand in for it)
 
 
 def _is_remote(session: Any) -> bool:

@@ -15,6 +15,7 @@ from ..channel.tls import tls_requested
 from ..contract import Inbound, LaunchInfo, RunPlan
 from ..gpus import placements, require_local_gpus
 from ..options import RunOptions
+from .limits import check_ranks
 from .base import Capacity, Launcher
 from .local_server import Zygote, get_zygote
 
@@ -37,6 +38,7 @@ class LocalLauncher(Launcher):
         self._zygote: Zygote | None = None
 
     def prepare(self, options: RunOptions) -> LaunchInfo:
+        check_ranks("local_ranks", options.n)
         self._gpus = None
         if options.gpu:
             self._gpus = require_local_gpus(options.n)

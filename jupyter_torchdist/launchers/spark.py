@@ -21,6 +21,7 @@ from ..gpus import gpus_per_task, require_local_gpus, task_ranks
 from ..options import RunOptions
 from . import give_way
 from .interrupts import our_jobs
+from .limits import check_ranks
 from .base import Capacity, Launcher
 from .spark_master import who_holds_cores
 from .spark_jobs import error_summary, explain_worker_python, held_slots, hold, release, submit_job
@@ -237,6 +238,8 @@ class SparkLauncher(Launcher):
 
     def prepare(self, options: RunOptions) -> LaunchInfo:
         spark, embedded = _session()
+        if embedded:
+            check_ranks("embedded_ranks", options.n)
         self._spark, sc = spark, spark.sparkContext
         self._local = sc.master.startswith("local")
         conf = conf_of(sc)

@@ -235,3 +235,11 @@ def test_report_timings(cluster):
     """Not a check: prints what the cluster scenarios measured (pytest -s shows it)."""
     print(f"\ncluster started in {cluster.started_in_s:.1f} s; " +
           ", ".join(f"{k} {v:.1f} s" for k, v in TIMINGS.items()))
+
+
+def test_the_doctor_checks_the_clusters_executors_against_the_kernel(driver):
+    """%distribute_doctor runs a task per slot: each executor's Python has the kernel's versions and reaches back."""
+    kernel, _ = driver
+    text = kernel.text(_ok(kernel, "%distribute_doctor"))
+    assert text.count("ok    executor Python on ") >= 1 and "same versions as the kernel" in text, text
+    assert "channel reach" not in text and text.strip().endswith("nothing missing"), text

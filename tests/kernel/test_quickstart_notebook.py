@@ -35,3 +35,24 @@ def test_quickstart_leaves_a_report_and_the_live_widget_state(executed):
             if m["model_name"] == "AnyModel" and m["state"].get("snapshot")]
     assert live and [r["state"] for r in live[-1]["ranks"]] == ["done", "done"], \
         "the live view ended showing both ranks done"
+
+
+def test_the_readmes_first_snippet_runs_as_written_in_a_fresh_notebook():
+    """The two cells at the top of the README, verbatim, in a fresh kernel (the embedded session starts for them)."""
+    import re
+
+    from ..support import ROOT
+    from ..support.kernel import Kernel
+
+    first, second = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)[:2]
+    assert first.strip() == "%load_ext jupyter_torchdist" and second.startswith("%%distribute")
+    k = Kernel({"JUPYTER_TORCHDIST_WARMUP": "1"})
+    try:
+        assert k.execute(first)["status"] == "ok"
+        r = k.execute(second, timeout=240)
+        assert r["status"] == "ok", k.text(r)
+        [result] = [o for o in r["outputs"] if o["output_type"] == "execute_result"]
+        losses = eval(result["data"]["text/plain"])
+        assert len(losses) == 5 and losses[-1] < losses[0] / 10, losses
+    finally:
+        k.shutdown()

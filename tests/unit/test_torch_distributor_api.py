@@ -15,7 +15,7 @@ from jupyter_torchdist.errors import (CaptureError, LaunchError, OptionsError, R
 from jupyter_torchdist.kernel import torch_distributor as td
 from jupyter_torchdist.kernel.torch_distributor import GpuFacts, gpu_plan
 from jupyter_torchdist.launchers import spark as spark_mod
-from jupyter_torchdist.launchers import spark_session
+from jupyter_torchdist.launchers import sessions, spark_session
 from jupyter_torchdist.options import DEFAULT_WAIT_S, RunOptions
 
 
@@ -156,10 +156,8 @@ def test_num_processes_is_checked_first(session):
 # -- which session counts ----------------------------------------------------------------------------------------
 def test_the_notebook_session_is_found_without_importing_pyspark(monkeypatch):
     """Through sys.modules, as pyspark's SparkSession.active() finds it; our embedded session does not count."""
-    monkeypatch.setattr(spark_session, "is_embedded", lambda s: s == "ours")
-    from jupyter_torchdist.launchers import connect
-
-    monkeypatch.setattr(connect, "connect_session", lambda: None)
+    monkeypatch.setattr(sessions, "is_embedded", lambda s: s == "ours")
+    monkeypatch.setattr(sessions, "connect_session", lambda: None)
     monkeypatch.delitem(__import__("sys").modules, "pyspark.sql", raising=False)
     assert td._notebook_session() is None  # pyspark not loaded: no session can exist
     active = {"session": "users"}
