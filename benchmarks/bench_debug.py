@@ -176,9 +176,9 @@ class _Watch:
 
 
 def hang_to_notice(runs: int) -> list[dict[str, float]]:
-    from jupyter_torchdist.errors import RunTimeout
+    from jupyter_torchdist.core.errors import RunTimeout
     from jupyter_torchdist.kernel.run import Work, launch
-    from jupyter_torchdist.options import RunOptions
+    from jupyter_torchdist.core.options import RunOptions
 
     out = []
     for i in range(runs):

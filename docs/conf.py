@@ -71,7 +71,7 @@ autodoc_typehints = "signature"
 autodoc_member_order = "bysource"
 autosummary_generate = False  # api.md lists the objects itself; the build checks it against __all__
 # Type hints name objects of other libraries (torch, pyspark, typing), which have no inventory here, and internal
-# types by their module (jupyter_torchdist.options.RunOptions), which are not documented: neither is a broken link.
+# types by their module (jupyter_torchdist.core.options.RunOptions), which are not documented: neither is a broken link.
 # The public names (jupyter_torchdist.run) and every link a page writes are still checked.
 nitpick_ignore_regex = [
     (r"py:.*", r"(?!jupyter_torchdist\b).*"),

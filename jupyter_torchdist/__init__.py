@@ -14,7 +14,7 @@ from typing import Any
 
 from .data import DataError
 from .data.batches import batches
-from .errors import (CaptureError, DistributeError, LaunchError, OptionsError, RunError, RunFailed, RunInterrupted,
+from .core.errors import (CaptureError, DistributeError, LaunchError, OptionsError, RunError, RunFailed, RunInterrupted,
                      RunTimeout)
 from .kernel.api import run, run_detailed, spark_session, sweep
 from .kernel.runs import Run, runs

@@ -17,8 +17,8 @@ import sys
 from collections.abc import Sequence
 from typing import TextIO
 
-from .errors import DistributeError, LaunchError, OptionsError, RunInterrupted, RunTimeout
-from .options import CLI_PROG, RunOptions, option_arity, options_help, parse_argv
+from .core.errors import DistributeError, LaunchError, OptionsError, RunInterrupted, RunTimeout
+from .core.options import CLI_PROG, RunOptions, option_arity, options_help, parse_argv
 
 __all__ = ["main", "from_horovodrun", "EXIT_FAILED", "EXIT_USAGE", "EXIT_TIMEOUT", "EXIT_INTERRUPTED"]
 

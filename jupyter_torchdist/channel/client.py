@@ -9,7 +9,7 @@ import hmac
 import socket
 from typing import Union
 
-from ..contract import TLSPin
+from ..core.contract import TLSPin
 from . import protocol as P
 from .tls import TLSStream, client_context
 

@@ -28,8 +28,8 @@ import threading
 import time
 from typing import Any, cast
 
-from .. import contract as C
-from ..contract import Inbound, Role, TLSPin
+from ..core import contract as C
+from ..core.contract import Inbound, Role, TLSPin
 from . import protocol as P
 from .client import Stream
 from .reader import Reader

@@ -28,8 +28,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ..contract import TLSPin
-from ..errors import LaunchError
+from ..core.contract import TLSPin
+from ..core.errors import LaunchError
 
 __all__ = [
     "TLS_CONF_KEY", "TLS_ENV", "SPARK_ENCRYPTION_KEYS", "TLSError", "TLSPin", "ServerIdentity",

@@ -16,8 +16,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .. import contract as C
-from .._pickle import dumps
+from ..core import contract as C
+from ..core._pickle import dumps
 from . import DataError
 from .handles import DataFrameHandle
 

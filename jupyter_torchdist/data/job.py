@@ -22,8 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
-from .. import contract as C
-from ..contract import Inbound
+from ..core import contract as C
+from ..core.contract import Inbound
 from ..launchers.base import DataPlane
 from .plan import EpochPlan, Piece, plan_epoch, resume_plan
 from .producer import PIECE_PROPERTY, STATUS_SCHEMA, ProducerSpec, producer

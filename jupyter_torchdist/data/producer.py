@@ -23,7 +23,7 @@ from typing import Any
 
 import cloudpickle
 
-from ..contract import TLSPin
+from ..core.contract import TLSPin
 from ..rank.allocator import tune_allocator
 from .codec import Header, encode
 from .convert import arrow_columns, output_columns, take_rows

@@ -15,8 +15,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from .. import contract as C
-from ..contract import Inbound
+from ..core import contract as C
+from ..core.contract import Inbound
 from ..launchers import data_plane
 from ..launchers.spark_jobs import error_summary
 from .handles import resolve

@@ -17,7 +17,7 @@ from typing import Any
 from ..channel import protocol as P
 from ..channel.client import Stream, handshake
 from ..channel.tls import ServerIdentity, TLSStream, make_identity, server_context
-from ..contract import TLSPin
+from ..core.contract import TLSPin
 
 __all__ = ["Listener", "accept_worker", "connect_to_rank", "HANDSHAKE_TIMEOUT_S", "SEND_TIMEOUT_S"]
 

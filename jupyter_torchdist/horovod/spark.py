@@ -92,9 +92,9 @@ def _checked_env(env: Mapping[str, str] | None) -> dict[str, str]:
 
 def _default_num_proc() -> int:
     """Spark's default parallelism, as Horovod takes it; a clear error when the session has fewer task slots."""
-    from ..errors import LaunchError
+    from ..core.errors import LaunchError
     from ..launchers import launcher_for
-    from ..options import RunOptions
+    from ..core.options import RunOptions
 
     capacity = launcher_for(RunOptions(n=1, all_ranks=True, spark_tasks=True)).capacity()
     parallelism, slots = capacity.default_ranks, capacity.slots
@@ -176,7 +176,7 @@ def _launch(entry: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: d
         raise TypeError(f"fn must be a function to run on every rank, not {type(fn).__name__}")
     extra_env = _checked_env(env)
     from ..kernel.run import Work, launch
-    from ..options import RunOptions
+    from ..core.options import RunOptions
 
     n = _default_num_proc() if num_proc is None else num_proc
     options = RunOptions(n=n, all_ranks=True, spark_tasks=True, **more)

@@ -4,8 +4,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from ..grid import check_grid
-from ..options import RunOptions
+from ..core.grid import check_grid
+from ..core.options import RunOptions
 from ..views import NullView, RunView
 from .result import RunResult
 from .run import Work, launch, launch_background

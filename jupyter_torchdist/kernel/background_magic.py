@@ -5,7 +5,7 @@ from typing import Any
 
 from IPython.core.error import UsageError
 
-from ..options import RunOptions
+from ..core.options import RunOptions
 from ..views import NullView, make_view
 from .run import Work, launch_background
 from .runs import Run, find, last_background

@@ -14,7 +14,7 @@ import types
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from .._sources import register_source
+from ..core._sources import register_source
 
 __all__ = ["CellFunction", "CellSyntaxError", "compile_cell"]
 

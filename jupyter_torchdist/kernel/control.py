@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 from typing import Any, Final
 
-from .. import contract as C
+from ..core import contract as C
 from .debugging import tell_foreground
 from .runs import find
 from .supervisor import FOCUS_MAX

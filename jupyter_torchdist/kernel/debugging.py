@@ -22,9 +22,9 @@ import time
 import weakref
 from typing import Any, Final, Protocol
 
-from .. import contract as C
-from ..contract import Inbound
-from ..errors import RunError, RunInterrupted, RunTimeout, is_secondary
+from ..core import contract as C
+from ..core.contract import Inbound
+from ..core.errors import RunError, RunInterrupted, RunTimeout, is_secondary
 from .places import ANSWER_S, grouped_where_lines, where_lines
 from .summary import is_many
 from .stall import stalled

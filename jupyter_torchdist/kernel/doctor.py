@@ -77,7 +77,7 @@ def _older(version: str, floor: str) -> bool:
 
 def check_gpu(required: bool) -> list[Finding]:
     """torch's CUDA and NCCL, and the GPUs this machine shows (only the build is read: CUDA is not started)."""
-    from ..gpus import cuda_unfit, visible_gpus
+    from ..core.gpus import cuda_unfit, visible_gpus
 
     bad: Status = "fail" if required else "warn"
     why = cuda_unfit()
@@ -131,7 +131,7 @@ def _executor_probe(kernel: dict[str, str], address: tuple[str, int]) -> Callabl
     def probe(_: Any) -> Any:
         import socket as s
 
-        from jupyter_torchdist._versions import differences, local_versions
+        from jupyter_torchdist.core._versions import differences, local_versions
 
         here = local_versions(tuple(k for k in kernel if k not in ("python", "torch", "cloudpickle",
                                                                    "jupyter-torchdist")))
@@ -148,7 +148,7 @@ def _executor_probe(kernel: dict[str, str], address: tuple[str, int]) -> Callabl
 def check_executors(session: Any) -> list[Finding]:
     """One task per executor slot: each executor's Python against the kernel's, and whether it reaches this machine
     at the address the live channel listens on (the session's spark.driver.host)."""
-    from .._versions import local_versions
+    from ..core._versions import local_versions
 
     sc = session.sparkContext
     host = sc.getConf().get("spark.driver.host") or "127.0.0.1"

@@ -14,9 +14,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..errors import LaunchError, RunInterrupted
+from ..core.errors import LaunchError, RunInterrupted
 from ..launchers import backend_for, before_run
-from ..options import RunOptions
+from ..core.options import RunOptions
 from ..views import RunView
 from .result import RunResult
 from .restarts import ContinuedView

@@ -15,8 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..errors import RunFailed
-from ..options import RunOptions
+from ..core.errors import RunFailed
+from ..core.options import RunOptions
 from ..views import NullView, RunView
 from .kept_cell import kept_cell
 from .pickling import pack

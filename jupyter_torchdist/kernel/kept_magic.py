@@ -4,10 +4,10 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from ..errors import LaunchError
+from ..core.errors import LaunchError
 from ..launchers import backend_for
 from ..launchers.limits import check_background
-from ..options import RunOptions
+from ..core.options import RunOptions
 from ..rank.kept_payload import KeptPostMortem
 from ..views import make_view
 from .cell import CellSyntaxError

@@ -12,10 +12,10 @@ import time
 from collections.abc import Iterable
 from typing import Final
 
-from .. import contract as C
-from ..contract import Inbound
-from ..errors import RunError
-from ..options import RunOptions
+from ..core import contract as C
+from ..core.contract import Inbound
+from ..core.errors import RunError
+from ..core.options import RunOptions
 from .supervisor import ECHO_GRACE_S, Supervisor
 
 __all__ = ["KeptSupervisor", "KEEP_GRACE_S", "SURVIVED", "STOPPED"]

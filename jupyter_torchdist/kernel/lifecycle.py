@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from ..errors import RankFailure, RunError, RunFailed, RunInterrupted, RunTimeout, root_cause
+from ..core.errors import RankFailure, RunError, RunFailed, RunInterrupted, RunTimeout, root_cause
 from .rank_state import FINAL, RankState
 from .stall import RunDebug
 from .summary import LossBand

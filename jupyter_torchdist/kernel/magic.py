@@ -8,9 +8,9 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
 from traitlets import Float, Int, observe
 
-from ..errors import OptionsError
+from ..core.errors import OptionsError
 from ..launchers import guard_interrupts, limits, may_use_spark, on_load, on_unload
-from ..options import RunOptions, options_help, parse_options
+from ..core.options import RunOptions, options_help, parse_options
 from ..views import make_view
 from . import background_magic, control, kept_magic
 from .cell import CellSyntaxError, compile_cell

@@ -5,10 +5,10 @@ import builtins
 import types
 from typing import Any, Callable
 
-from .._pickle import Pickler, dumps
-from .._units import human_bytes
+from ..core._pickle import Pickler, dumps
+from ..core._units import human_bytes
 from ..data.handles import reduce_dataframe
-from ..errors import CaptureError
+from ..core.errors import CaptureError
 
 __all__ = ["pack", "referenced_globals"]
 

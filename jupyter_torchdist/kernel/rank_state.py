@@ -12,8 +12,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from .. import contract as C
-from ..errors import RankFailure, is_secondary
+from ..core import contract as C
+from ..core.errors import RankFailure, is_secondary
 from ..views.schema import LOSS_KEYS
 from .places import RankDebug
 from .usage import RankUsage, fold_usage

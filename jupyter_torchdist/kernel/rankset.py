@@ -12,15 +12,15 @@ import sys
 import time
 from dataclasses import dataclass
 
-from .. import contract as C
-from .._versions import local_versions
+from ..core import contract as C
+from ..core._versions import local_versions
 from ..channel.server import ChannelServer
-from ..contract import Inbound, LaunchInfo, RunPlan
-from ..errors import RankFailure
+from ..core.contract import Inbound, LaunchInfo, RunPlan
+from ..core.errors import RankFailure
 from ..data.service import DataService
 from ..launchers import before_run, launcher_for
 from ..launchers.base import Launcher
-from ..options import RunOptions
+from ..core.options import RunOptions
 from ..views import RunView
 from .kept_supervisor import KeptSupervisor
 from .state import RunState

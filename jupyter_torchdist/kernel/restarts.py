@@ -14,8 +14,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import LaunchError, RankFailure, RunError, RunFailed
-from ..options import RunOptions
+from ..core.errors import LaunchError, RankFailure, RunError, RunFailed
+from ..core.options import RunOptions
 from ..views import RunView
 
 __all__ = ["restartable", "Attempt", "ContinuedView", "CheckpointFolder", "failed_attempt"]

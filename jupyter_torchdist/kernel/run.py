@@ -13,9 +13,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import DistributeError, RunError, RunFailed, RunInterrupted
+from ..core.errors import DistributeError, RunError, RunFailed, RunInterrupted
 from ..launchers.limits import check_background
-from ..options import RunOptions
+from ..core.options import RunOptions
 from ..views import NullView, RunView
 from .driver import Driven, background_run, drive, go, slots_gate
 from .pickling import pack

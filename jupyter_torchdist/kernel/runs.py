@@ -16,11 +16,11 @@ import time
 from collections.abc import Mapping
 from typing import Any, Final
 
-from .. import contract as C
-from ..contract import Inbound
-from ..errors import RunInterrupted
-from ..grid import describe
-from ..options import RunOptions
+from ..core import contract as C
+from ..core.contract import Inbound
+from ..core.errors import RunInterrupted
+from ..core.grid import describe
+from ..core.options import RunOptions
 from .result import RunResult
 from .slots import turns
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Final
 
-from ..errors import root_cause
+from ..core.errors import root_cause
 from ..views.schema import SCHEMA_VERSION, RankSnapshot, RunErrorSnapshot, RunSnapshot
 from .lifecycle import RunLifecycle
 from .places import place_snapshot
 from .rank_state import RankState
 from .stall import stall_text
-from .._groups import group_texts
+from ..core._groups import group_texts
 from .summary import LossBand, featured, is_many, rank_table, summary_snapshot
 from .usage import data_snapshot, usage_snapshot
 

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from .. import contract as C
+from ..core import contract as C
 from .places import RankLike, fold_collective, fold_pdb, fold_place
 
 __all__ = ["RunDebug", "fold_debug", "stalled", "stall_text", "STALL_AFTER_S"]

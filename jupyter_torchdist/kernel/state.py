@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Union
 
-from .. import contract as C
+from ..core import contract as C
 from ..views.schema import RunSnapshot
 from .lifecycle import STOP_REASONS, RunLifecycle
 from .rank_state import FINAL, HISTORY_POINTS, LOG_KEEP, RankState

@@ -19,7 +19,7 @@ from typing import Any, Final
 
 from ..views.schema import (LOSS_KEYS, MANY_RANKS, TABLE_COLUMNS, GroupSnapshot, HostGroupSnapshot, OutlierSnapshot,
                             QuantileSnapshot, SummarySnapshot, TableSnapshot)
-from .._groups import group_texts
+from ..core._groups import group_texts
 from .places import describe
 from .rank_state import RankState
 from .usage import INPUT_BOUND

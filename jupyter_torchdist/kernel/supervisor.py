@@ -17,14 +17,14 @@ from typing import Any, Final
 
 import cloudpickle
 
-from .. import contract as C
+from ..core import contract as C
 from ..channel.server import ChannelServer
-from ..contract import Inbound
-from ..errors import RunError
+from ..core.contract import Inbound
+from ..core.errors import RunError
 from ..launchers.base import Launcher
-from ..options import RunOptions
+from ..core.options import RunOptions
 from ..views import RunView
-from ..rendezvous import plan_rendezvous
+from ..core.rendezvous import plan_rendezvous
 from .debugging import Debugging
 from .rank_state import RankState
 from .state import RunState

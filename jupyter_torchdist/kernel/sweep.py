@@ -15,11 +15,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Final
 
-from ..errors import RunInterrupted
-from ..grid import Grid, combinations
+from ..core.errors import RunInterrupted
+from ..core.grid import Grid, combinations
 from ..launchers import backend_for
 from ..launchers.limits import check_background
-from ..options import RunOptions
+from ..core.options import RunOptions
 from ..rank.params import WithGlobals
 from .driver import Driven, go
 from .run import Work, prepare_background

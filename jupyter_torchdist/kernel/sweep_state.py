@@ -9,7 +9,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from ..grid import describe
+from ..core.grid import describe
 from ..views.schema import SCHEMA_VERSION, SweepRunSnapshot, SweepSnapshot
 from .runs import ENDED, Run
 

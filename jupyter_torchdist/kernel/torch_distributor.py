@@ -18,10 +18,10 @@ import os
 from dataclasses import dataclass
 from typing import Any, Callable, Union
 
-from ..errors import DistributeError, LaunchError
+from ..core.errors import DistributeError, LaunchError
 from ..launchers.spark_security import IGNORE_SSL_KEY, require_ssl_consent, session_conf
 from ..launchers.sessions import notebook_session
-from ..options import RunOptions
+from ..core.options import RunOptions
 from ..views import make_view
 from .result import RunResult
 from .run import Work, launch
@@ -142,7 +142,7 @@ def gpu_plan(num_processes: int, local_mode: bool, facts: GpuFacts) -> GpuPlan:
 def _gpu_facts(session: Any, local_mode: bool) -> GpuFacts:
     """Read what ``gpu_plan`` needs, and only that (no torch import when a session decides)."""
     if session is None:
-        from ..gpus import visible_gpus
+        from ..core.gpus import visible_gpus
 
         return GpuFacts(from_session=False, visible=tuple(visible_gpus()))
     conf = session_conf(session)

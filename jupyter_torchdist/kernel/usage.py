@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass
 from typing import Final
 
-from ..contract import DataStatusMsg, UsageMsg
+from ..core.contract import DataStatusMsg, UsageMsg
 from ..views.schema import DataSnapshot, UsageSnapshot
 
 __all__ = ["RankUsage", "DataStats", "fold_usage", "fold_data_status", "data_over", "input_notice", "INPUT_BOUND",

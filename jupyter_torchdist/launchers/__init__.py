@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ..options import RunOptions
+from ..core.options import RunOptions
 from .base import Capacity, DataPlane, Launcher
 from .interrupts import guard_interrupts
 from .registry import Backend, backend_for, backends, launcher_for, register, unregister

@@ -13,8 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
-from ..contract import Inbound, LaunchInfo, RunPlan
-from ..options import RunOptions
+from ..core.contract import Inbound, LaunchInfo, RunPlan
+from ..core.options import RunOptions
 
 __all__ = ["Launcher", "Capacity", "DataPlane"]
 

@@ -19,12 +19,12 @@ from dataclasses import replace
 from typing import Any, Final
 from urllib.parse import urlparse
 
-from .. import contract as C
+from ..core import contract as C
 from ..channel.tls import plaintext_warning, tls_requested
-from ..contract import Inbound, LaunchInfo, RunPlan
-from ..errors import LaunchError
-from ..gpus import gpus_per_task, require_local_gpus, task_ranks
-from ..options import RunOptions
+from ..core.contract import Inbound, LaunchInfo, RunPlan
+from ..core.errors import LaunchError
+from ..core.gpus import gpus_per_task, require_local_gpus, task_ranks
+from ..core.options import RunOptions
 from .base import Capacity, Launcher
 from .spark_jobs import error_summary, held_slots, hold, release, submit_job
 from .spark_security import require_ssl_consent, session_conf

@@ -18,7 +18,7 @@ import os
 from dataclasses import dataclass, fields, replace
 from typing import Final
 
-from ..errors import LaunchError
+from ..core.errors import LaunchError
 
 __all__ = ["Limits", "current", "configure", "check_ranks", "check_background", "ENV"]
 

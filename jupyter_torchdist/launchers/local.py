@@ -10,11 +10,11 @@ import sys
 import threading
 from typing import Any
 
-from .. import contract as C
+from ..core import contract as C
 from ..channel.tls import tls_requested
-from ..contract import Inbound, LaunchInfo, RunPlan
-from ..gpus import placements, require_local_gpus
-from ..options import RunOptions
+from ..core.contract import Inbound, LaunchInfo, RunPlan
+from ..core.gpus import placements, require_local_gpus
+from ..core.options import RunOptions
 from .limits import check_ranks
 from .base import Capacity, Launcher
 from .local_server import Zygote, get_zygote

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
-from ..contract import RunPlan
+from ..core.contract import RunPlan
 from ..rank.forking import RankProcess, describe_status, fork_rank
 
 __all__ = ["Zygote", "zygote_main", "get_zygote", "stop_zygote", "zygote_pid", "zygote_if_running"]

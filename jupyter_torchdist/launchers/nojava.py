@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Final
 
-from ..contract import LaunchInfo
-from ..options import RunOptions
+from ..core.contract import LaunchInfo
+from ..core.options import RunOptions
 from .local import LocalLauncher
 
 __all__ = ["NoJavaLauncher", "LABEL", "NOTICE"]

@@ -10,7 +10,7 @@ import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..options import RunOptions
+from ..core.options import RunOptions
 from .base import Launcher
 
 __all__ = ["Backend", "register", "unregister", "backend_for", "launcher_for", "backends"]

@@ -14,11 +14,11 @@ import queue
 import threading
 from typing import Final
 
-from .. import contract as C
+from ..core import contract as C
 from ..channel.server import ChannelServer
-from ..contract import Inbound, RunPlan
-from ..errors import is_secondary
-from ..rendezvous import plan_rendezvous
+from ..core.contract import Inbound, RunPlan
+from ..core.errors import is_secondary
+from ..core.rendezvous import plan_rendezvous
 
 __all__ = ["Relay", "LOG_LINES_KEPT"]
 

@@ -30,10 +30,10 @@ from typing import Any, Final
 
 import cloudpickle
 
-from .. import contract as C
-from ..contract import Inbound, LaunchInfo, RunPlan
-from ..errors import LaunchError
-from ..options import RunOptions
+from ..core import contract as C
+from ..core.contract import Inbound, LaunchInfo, RunPlan
+from ..core.errors import LaunchError
+from ..core.options import RunOptions
 from .base import Capacity, Launcher
 
 __all__ = ["SimulatedLauncher", "SimSpec", "SIMULATE_ENV", "requested", "enable", "disable", "PER_PROCESS"]

@@ -15,8 +15,8 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from ..contract import LaunchInfo, RunPlan
-from ..options import RunOptions
+from ..core.contract import LaunchInfo, RunPlan
+from ..core.options import RunOptions
 from .spark import SparkLauncher
 
 __all__ = ["SimulatedSparkLauncher"]

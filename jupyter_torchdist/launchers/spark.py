@@ -13,12 +13,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .. import contract as C
+from ..core import contract as C
 from ..channel.tls import plaintext_warning, tls_requested
-from ..contract import Inbound, LaunchInfo, RunPlan
-from ..errors import LaunchError
-from ..gpus import gpus_per_task, require_local_gpus, task_ranks
-from ..options import RunOptions
+from ..core.contract import Inbound, LaunchInfo, RunPlan
+from ..core.errors import LaunchError
+from ..core.gpus import gpus_per_task, require_local_gpus, task_ranks
+from ..core.options import RunOptions
 from . import give_way
 from .interrupts import our_jobs
 from .limits import check_ranks

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from ..channel.tls import TLS_CONF_KEY, TLS_ENV
-from ..errors import LaunchError
+from ..core.errors import LaunchError
 
 __all__ = ["SSL_KEY", "IGNORE_SSL_KEY", "SslVerdict", "ssl_verdict", "require_ssl_consent", "session_conf"]
 

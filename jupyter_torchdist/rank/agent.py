@@ -14,10 +14,10 @@ import threading
 import time
 from typing import Any, cast
 
-from .. import contract as C
+from ..core import contract as C
 from ..channel import protocol as P
 from ..channel.client import Stream, connect
-from ..contract import RunPlan
+from ..core.contract import RunPlan
 from .forking import describe_status, fork_rank
 from .main import rank_main
 

@@ -11,8 +11,8 @@ import os
 import time
 from typing import Any, Callable, Iterator
 
-from .. import contract as C
-from ..gpus import DEVICE_ENV
+from ..core import contract as C
+from ..core.gpus import DEVICE_ENV
 
 __all__ = ["report", "rank", "local_rank", "world_size", "local_world_size", "is_main", "device",
            "barrier", "main_first", "on_main", "commit", "restore"]

@@ -15,7 +15,7 @@ import threading
 import time
 from typing import Any
 
-from .. import contract as C
+from ..core import contract as C
 from .checkpoint_store import Store, commit_name
 
 __all__ = ["CheckpointError", "Checkpoints", "check_shared", "flush"]

@@ -12,7 +12,7 @@ import threading
 import time
 from typing import Any
 
-from .. import contract as C
+from ..core import contract as C
 from ..channel import protocol as P
 from ..channel.client import Stream
 

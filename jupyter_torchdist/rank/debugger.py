@@ -25,7 +25,7 @@ import time
 from types import FrameType, TracebackType
 from typing import IO, Any, cast
 
-from .. import contract as C
+from ..core import contract as C
 from .runtime import current
 from .values import summary, user_traceback
 from .where import is_library

@@ -11,10 +11,10 @@ import os
 import socket
 from typing import Any, cast
 
-from .. import contract as C
+from ..core import contract as C
 from ..channel import protocol as P
-from ..contract import RunPlan
-from ..gpus import DEVICE_ENV, device_scope
+from ..core.contract import RunPlan
+from ..core.gpus import DEVICE_ENV, device_scope
 from .interfaces import choose_interfaces
 
 __all__ = ["rendezvous", "set_env", "init_group", "cpu_group"]

@@ -14,8 +14,8 @@ import signal
 from collections.abc import Callable
 from typing import Any
 
-from .. import contract as C
-from .._sources import register_source
+from ..core import contract as C
+from ..core._sources import register_source
 from .client import RankClient
 from .kept_payload import Namespace
 from .link import KernelLink

@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, cast
 
-from .. import contract as C
+from ..core import contract as C
 from ..channel import protocol as P
 
 __all__ = ["KernelLink"]

@@ -15,13 +15,13 @@ from typing import Any
 
 import cloudpickle
 
-from .. import contract as C
-from .._sources import register_source
-from .._versions import unfit
-from ..gpus import cuda_unfit
+from ..core import contract as C
+from ..core._sources import register_source
+from ..core._versions import unfit
+from ..core.gpus import cuda_unfit
 from ..channel import protocol as P
 from ..channel.client import connect
-from ..contract import RunPlan
+from ..core.contract import RunPlan
 from . import api as rank_api
 from . import collectives, debugger, where
 from .allocator import tune_allocator

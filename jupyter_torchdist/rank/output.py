@@ -13,7 +13,7 @@ import threading
 import time
 from typing import Callable
 
-from ..contract import Stream
+from ..core.contract import Stream
 
 __all__ = ["FdCapture"]
 

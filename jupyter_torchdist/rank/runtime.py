@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from ..contract import RunPlan
+    from ..core.contract import RunPlan
     from .client import RankClient
     from .link import KernelLink
     from .usage import UsageSampler

@@ -15,7 +15,7 @@ import types
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._sources import register_source
+from ..core._sources import register_source
 
 __all__ = ["Script"]
 

@@ -14,7 +14,7 @@ import threading
 import time
 from typing import Callable, Final
 
-from .. import contract as C
+from ..core import contract as C
 from . import collectives
 
 __all__ = ["UsageSampler", "INTERVAL_S", "read_usage"]

@@ -7,9 +7,9 @@ import time
 import traceback
 from typing import Any
 
-from .. import contract as C
-from .._pickle import Pickler, dumps
-from .._units import human_bytes
+from ..core import contract as C
+from ..core._pickle import Pickler, dumps
+from ..core._units import human_bytes
 
 __all__ = ["dumps_value", "final_message", "summary", "user_traceback"]
 

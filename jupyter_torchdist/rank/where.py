@@ -22,7 +22,7 @@ from functools import lru_cache
 from types import FrameType
 from typing import Final
 
-from .. import contract as C
+from ..core import contract as C
 from . import collectives
 
 __all__ = ["place_message", "frames_of", "set_cell", "is_library"]

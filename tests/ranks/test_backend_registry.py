@@ -15,11 +15,11 @@ import cloudpickle
 import pytest
 
 import jupyter_torchdist as jt
-from jupyter_torchdist import contract as C
-from jupyter_torchdist.contract import Inbound, LaunchInfo, RunPlan
-from jupyter_torchdist.errors import RunFailed
+from jupyter_torchdist.core import contract as C
+from jupyter_torchdist.core.contract import Inbound, LaunchInfo, RunPlan
+from jupyter_torchdist.core.errors import RunFailed
 from jupyter_torchdist.launchers import Capacity, Launcher, backend_for, backends, register, unregister
-from jupyter_torchdist.options import RunOptions
+from jupyter_torchdist.core.options import RunOptions
 
 from ..support.procs import all_gone
 

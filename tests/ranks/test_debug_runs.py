@@ -10,9 +10,9 @@ import time
 import cloudpickle
 import pytest
 
-from jupyter_torchdist.errors import RunTimeout
+from jupyter_torchdist.core.errors import RunTimeout
 from jupyter_torchdist.kernel.run import Work, launch
-from jupyter_torchdist.options import RunOptions
+from jupyter_torchdist.core.options import RunOptions
 from jupyter_torchdist.views.text import TextView
 
 from ..support.procs import all_gone

@@ -15,9 +15,9 @@ import pytest
 
 import jupyter_torchdist as jt
 from jupyter_torchdist.kernel.pickling import pack
-from jupyter_torchdist.errors import RunFailed, RunInterrupted, RunTimeout
+from jupyter_torchdist.core.errors import RunFailed, RunInterrupted, RunTimeout
 from jupyter_torchdist.kernel.rankset import RankSet
-from jupyter_torchdist.options import RunOptions
+from jupyter_torchdist.core.options import RunOptions
 from jupyter_torchdist.kernel.run import execute
 from jupyter_torchdist.views import NullView
 

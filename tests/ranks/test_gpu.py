@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import jupyter_torchdist as jt
-from jupyter_torchdist.errors import RunFailed
+from jupyter_torchdist.core.errors import RunFailed
 
 pytestmark = [
     pytest.mark.gpu,

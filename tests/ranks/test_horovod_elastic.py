@@ -12,7 +12,7 @@ import cloudpickle
 import pytest
 import torch
 
-from jupyter_torchdist.errors import RunFailed
+from jupyter_torchdist.core.errors import RunFailed
 from jupyter_torchdist.horovod import spark as hvd_spark
 
 from .. import support

@@ -9,7 +9,7 @@ import time
 import cloudpickle
 import pytest
 
-from jupyter_torchdist.errors import LaunchError, RunFailed
+from jupyter_torchdist.core.errors import LaunchError, RunFailed
 from jupyter_torchdist.horovod import spark as hvd_spark
 
 from ..support import horovod as shared

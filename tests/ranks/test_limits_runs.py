@@ -7,7 +7,7 @@ import time
 import pytest
 
 import jupyter_torchdist as jt
-from jupyter_torchdist.errors import LaunchError
+from jupyter_torchdist.core.errors import LaunchError
 
 
 def nap(seconds: float) -> float:

@@ -14,7 +14,7 @@ import cloudpickle
 import pytest
 
 import jupyter_torchdist as jt
-from jupyter_torchdist.errors import RunFailed
+from jupyter_torchdist.core.errors import RunFailed
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the ranks cannot import the tests package
 

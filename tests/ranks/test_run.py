@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import jupyter_torchdist as jt
-from jupyter_torchdist.errors import RunFailed, RunInterrupted, RunTimeout
+from jupyter_torchdist.core.errors import RunFailed, RunInterrupted, RunTimeout
 
 from ..support import helpers
 from ..support.procs import all_gone, process_alive, resource_counts

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import jupyter_torchdist as jt
-from jupyter_torchdist.errors import LaunchError, RunFailed
+from jupyter_torchdist.core.errors import LaunchError, RunFailed
 from jupyter_torchdist.launchers import local_server as local
 
 from .. import support

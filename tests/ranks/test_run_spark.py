@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 import jupyter_torchdist as jt
-from jupyter_torchdist import gpus
-from jupyter_torchdist.errors import LaunchError
+from jupyter_torchdist.core import gpus
+from jupyter_torchdist.core.errors import LaunchError
 
 pytestmark = pytest.mark.spark
 

@@ -6,7 +6,7 @@ import shutil
 import pytest
 
 import jupyter_torchdist as jt
-from jupyter_torchdist.errors import RunFailed
+from jupyter_torchdist.core.errors import RunFailed
 from jupyter_torchdist.kernel.script import MAX_SIBLING_BYTES, collect_siblings, script_function
 
 from ..support import EXAMPLES

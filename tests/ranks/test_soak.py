@@ -16,7 +16,7 @@ import cloudpickle
 import pytest
 
 import jupyter_torchdist as jt
-from jupyter_torchdist.errors import RunFailed, RunInterrupted, RunTimeout
+from jupyter_torchdist.core.errors import RunFailed, RunInterrupted, RunTimeout
 
 from ..support import fault_helpers as fh
 from ..support.procs import process_alive, resource_counts

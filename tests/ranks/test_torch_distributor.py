@@ -16,7 +16,7 @@ import cloudpickle
 import pytest
 
 from jupyter_torchdist import TorchDistributor
-from jupyter_torchdist.errors import LaunchError, RunFailed
+from jupyter_torchdist.core.errors import LaunchError, RunFailed
 
 from ..support import ROOT
 from ..support.cluster import FAST_JVM

@@ -8,7 +8,7 @@ import time
 
 from jupyter_torchdist.channel import protocol as P
 from jupyter_torchdist.channel.server import ChannelServer
-from jupyter_torchdist.contract import Inbound
+from jupyter_torchdist.core.contract import Inbound
 
 __all__ = ["GREETING", "Recorder", "messages", "read_until_closed", "refused", "until"]
 

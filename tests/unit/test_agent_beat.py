@@ -7,7 +7,7 @@ import subprocess
 import sys
 import time
 
-from jupyter_torchdist import contract as C
+from jupyter_torchdist.core import contract as C
 from jupyter_torchdist.channel import protocol as P
 from jupyter_torchdist.rank import agent
 

@@ -1,8 +1,8 @@
 """The package's layers stay layered: no import circle, no import from a lower layer to a higher one, Spark
 for launching only under ``launchers/``, and no module outside it asking whether a run is local.
 
-Layers, lowest first (a module imports its own layer and those below): the contract and other foundations,
-the channel, the views, the rank side, the launchers, the data plane, the kernel, the Horovod API, the
+Layers, lowest first (a module imports its own layer and those below): ``core/`` (the contract and other
+foundations), the channel, the views, the rank side, the launchers, the data plane, the kernel, the Horovod API, the
 package's front doors. Imports inside functions and under ``TYPE_CHECKING`` count like any other.
 """
 from __future__ import annotations
@@ -12,8 +12,9 @@ import re
 from pathlib import Path
 
 PKG = Path(__file__).resolve().parents[2] / "jupyter_torchdist"
-ORDER = ["base", "channel", "views", "rank", "launchers", "data", "kernel", "horovod", "top"]
-_SUBPACKAGES = {"channel", "views", "rank", "launchers", "data", "kernel", "horovod"}
+ORDER = ["core", "channel", "views", "rank", "launchers", "data", "kernel", "horovod", "top"]
+_SUBPACKAGES = set(ORDER) - {"top"}
+ROOT_MODULES = {"__init__", "__main__", "_daemon"}  # the front doors, and what Spark imports by name
 
 
 def _modules() -> dict[str, Path]:
@@ -52,7 +53,8 @@ def _layer(mod: str) -> str:
         return "top"
     if parts[1] == "_daemon":
         return "launchers"  # Spark's Python daemon module: a launcher's part, at the path Spark's conf names
-    return parts[1] if parts[1] in _SUBPACKAGES else "base"
+    assert parts[1] in _SUBPACKAGES, f"{mod}: every module but the front doors lives in a layer's folder"
+    return parts[1]
 
 
 def _circles(edges: dict[str, set[str]]) -> list[list[str]]:
@@ -96,7 +98,7 @@ def test_no_layer_imports_a_higher_one():
 
 def test_the_checks_above_can_fail():
     assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == [["a", "b", "c"]]
-    assert _layer("jupyter_torchdist.rank.main") == "rank" and _layer("jupyter_torchdist.contract") == "base"
+    assert _layer("jupyter_torchdist.rank.main") == "rank" and _layer("jupyter_torchdist.core.contract") == "core"
     assert ORDER.index(_layer("jupyter_torchdist.kernel.run")) > ORDER.index(_layer("jupyter_torchdist.launchers"))
 
 
@@ -113,3 +115,8 @@ def test_only_launchers_ask_whether_a_run_is_local():
     found = [str(p.relative_to(PKG)) for p in PKG.rglob("*.py")
              if p.parent.name != "launchers" and p.name != "options.py" and asking.search(p.read_text())]
     assert found == []
+
+
+def test_the_package_root_holds_only_the_front_doors():
+    """Everything else is in the folder of its layer (issue 43: a house a newcomer finds their way in)."""
+    assert {p.stem for p in PKG.glob("*.py")} == ROOT_MODULES

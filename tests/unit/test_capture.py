@@ -9,7 +9,7 @@ import pytest
 
 import cloudpickle
 
-from jupyter_torchdist.errors import CaptureError
+from jupyter_torchdist.core.errors import CaptureError
 from jupyter_torchdist.kernel.pickling import pack
 from jupyter_torchdist.kernel.cell import compile_cell
 

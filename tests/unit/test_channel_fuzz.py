@@ -7,7 +7,7 @@ import threading
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from jupyter_torchdist import contract as C
+from jupyter_torchdist.core import contract as C
 from jupyter_torchdist.channel import protocol as P
 from jupyter_torchdist.channel.client import connect
 from jupyter_torchdist.channel.server import ChannelServer

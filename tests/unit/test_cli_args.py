@@ -56,7 +56,7 @@ def test_help_after_an_option_value_is_still_help_but_after_the_script_it_is_the
 
 def test_one_option_set_for_the_command_line_and_the_magic():
     """The command line parses with the magic's parser: same options, same help text (only its name differs)."""
-    from jupyter_torchdist.options import CLI_PROG, MAGIC_PROG, options_help
+    from jupyter_torchdist.core.options import CLI_PROG, MAGIC_PROG, options_help
 
     out = cli("--help")
     assert out.stdout.strip() == options_help(CLI_PROG).strip()
@@ -105,7 +105,7 @@ def test_horovodrun_spelling_becomes_ours(argv, ours):
 ])
 def test_horovodrun_spelling_without_meaning_here_is_a_usage_error(argv, message):
     from jupyter_torchdist.__main__ import from_horovodrun
-    from jupyter_torchdist.errors import OptionsError
+    from jupyter_torchdist.core.errors import OptionsError
 
     with pytest.raises(OptionsError, match=re.escape(message)):
         from_horovodrun(argv)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from jupyter_torchdist.errors import LaunchError
+from jupyter_torchdist.core.errors import LaunchError
 from jupyter_torchdist.launchers import connect
 
 

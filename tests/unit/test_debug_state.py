@@ -1,7 +1,7 @@
 """Unit: where each rank is and the stall rule, as pure state: messages in, places, a stall notice and snapshots out."""
 from __future__ import annotations
 
-from jupyter_torchdist import contract as C
+from jupyter_torchdist.core import contract as C
 from jupyter_torchdist.kernel.places import where_lines
 from jupyter_torchdist.kernel.state import RunState
 from jupyter_torchdist.views.live import live_snapshot

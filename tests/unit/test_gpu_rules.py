@@ -7,9 +7,9 @@ from dataclasses import dataclass
 import pytest
 
 import jupyter_torchdist as jt
-from jupyter_torchdist import gpus
-from jupyter_torchdist.errors import LaunchError
-from jupyter_torchdist.gpus import (NoGpuError, cuda_unfit, device_scope, gpus_per_task, parse_visible_devices,
+from jupyter_torchdist.core import gpus
+from jupyter_torchdist.core.errors import LaunchError
+from jupyter_torchdist.core.gpus import (NoGpuError, cuda_unfit, device_scope, gpus_per_task, parse_visible_devices,
                                     placements, task_gpus, visible_gpus)
 
 

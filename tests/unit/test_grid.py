@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from jupyter_torchdist.errors import OptionsError
-from jupyter_torchdist.grid import MAX_COMBINATIONS, check_grid, combinations, describe, parse_grid
-from jupyter_torchdist.options import CLI_PROG, parse_argv, parse_options
+from jupyter_torchdist.core.errors import OptionsError
+from jupyter_torchdist.core.grid import MAX_COMBINATIONS, check_grid, combinations, describe, parse_grid
+from jupyter_torchdist.core.options import CLI_PROG, parse_argv, parse_options
 
 
 def test_a_grid_parses_into_every_combination_the_last_name_fastest():

@@ -60,7 +60,7 @@ def test_syntax_errors_name_the_notebook_line():
 
 
 def test_an_unpicklable_notebook_value_is_named():
-    from jupyter_torchdist.errors import CaptureError
+    from jupyter_torchdist.core.errors import CaptureError
     from jupyter_torchdist.kernel.pickling import pack
 
     cell = kept_cell("with my_lock:\n    pass", "<c>", {"my_lock": threading.Lock()}, set())

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import jupyter_torchdist as jt
-from jupyter_torchdist.errors import LaunchError
+from jupyter_torchdist.core.errors import LaunchError
 from jupyter_torchdist.launchers import limits
 
 

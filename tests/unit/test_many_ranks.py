@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from jupyter_torchdist.errors import RankFailure, RunFailed
+from jupyter_torchdist.core.errors import RankFailure, RunFailed
 from jupyter_torchdist.kernel.places import grouped_where_lines
 from jupyter_torchdist.kernel.state import RunState
 from jupyter_torchdist.kernel.summary import is_many

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from IPython.core.error import UsageError
 
-from jupyter_torchdist.options import OptionsError, RunOptions, parse_options
+from jupyter_torchdist.core.options import OptionsError, RunOptions, parse_options
 
 # (argument line, text the error must contain: the option and the hint)
 BAD = [
@@ -76,7 +76,7 @@ def test_magic_shows_a_usage_error_not_a_traceback(shell, capsys, line):
 
 
 def test_wait_takes_seconds_and_zero_fails_at_once():
-    from jupyter_torchdist.options import DEFAULT_WAIT_S
+    from jupyter_torchdist.core.options import DEFAULT_WAIT_S
 
     assert parse_options("-n 2").wait == DEFAULT_WAIT_S
     assert parse_options("-n 2 --wait 300").wait == 300.0
@@ -87,7 +87,7 @@ def test_wait_takes_seconds_and_zero_fails_at_once():
 
 
 def test_stall_after_takes_seconds_zero_is_never_and_pdb_is_a_switch_shown_in_the_report():
-    from jupyter_torchdist.options import DEFAULT_STALL_AFTER_S
+    from jupyter_torchdist.core.options import DEFAULT_STALL_AFTER_S
 
     assert parse_options("-n 2").stall_after == DEFAULT_STALL_AFTER_S and not parse_options("-n 2").pdb
     options = parse_options("-n 2 --stall-after 5 --pdb")

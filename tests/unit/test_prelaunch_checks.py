@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from jupyter_torchdist.errors import LaunchError
+from jupyter_torchdist.core.errors import LaunchError
 from jupyter_torchdist.launchers import spark as spark_mod
-from jupyter_torchdist.options import RunOptions
+from jupyter_torchdist.core.options import RunOptions
 
 
 # -- a cluster, faked: the checks only read the session's master and conf ------------------------------

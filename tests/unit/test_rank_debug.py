@@ -8,8 +8,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from jupyter_torchdist import contract as C
-from jupyter_torchdist._sources import register_source
+from jupyter_torchdist.core import contract as C
+from jupyter_torchdist.core._sources import register_source
 from jupyter_torchdist.rank import collectives, debugger, runtime, where
 
 CELL = "Cell In[9]"

@@ -10,7 +10,7 @@ import time
 
 from jupyter_torchdist.channel import protocol as P
 from jupyter_torchdist.rank import api as rank_api
-from jupyter_torchdist.errors import RankFailure, RunFailed
+from jupyter_torchdist.core.errors import RankFailure, RunFailed
 from jupyter_torchdist.rank.client import RankClient
 
 

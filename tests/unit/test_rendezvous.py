@@ -2,7 +2,7 @@
 sees: the placement rule of gpus.py)."""
 import pytest
 
-from jupyter_torchdist.rendezvous import plan_rendezvous
+from jupyter_torchdist.core.rendezvous import plan_rendezvous
 
 
 def test_single_host():

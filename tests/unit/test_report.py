@@ -307,7 +307,7 @@ def test_a_run_without_usage_or_data_has_no_such_columns():
 
 
 def test_the_state_folds_usage_and_says_when_ranks_are_input_bound():
-    from jupyter_torchdist import contract as C
+    from jupyter_torchdist.core import contract as C
 
     state = RunState(2)
     for rank in (0, 1):

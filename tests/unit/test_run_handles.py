@@ -7,12 +7,12 @@ import threading
 
 import pytest
 
-from jupyter_torchdist import contract as C
-from jupyter_torchdist.errors import RankFailure, RunFailed, RunInterrupted
+from jupyter_torchdist.core import contract as C
+from jupyter_torchdist.core.errors import RankFailure, RunFailed, RunInterrupted
 from jupyter_torchdist.kernel import control
 from jupyter_torchdist.kernel.runs import RunList, new_run
 from jupyter_torchdist.kernel.sweep_state import metric_of, results_rows, sweep_snapshot
-from jupyter_torchdist.options import RunOptions
+from jupyter_torchdist.core.options import RunOptions
 
 
 def _failed(summary: str) -> RunFailed:

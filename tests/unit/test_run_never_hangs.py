@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import jupyter_torchdist as jt
-from jupyter_torchdist.errors import LaunchError
+from jupyter_torchdist.core.errors import LaunchError
 from jupyter_torchdist.kernel import driver
 from jupyter_torchdist.kernel.runs import runs
 

@@ -9,12 +9,12 @@ import time
 import pytest
 
 from jupyter_torchdist.channel.tls import TLS_CONF_KEY
-from jupyter_torchdist.errors import LaunchError
+from jupyter_torchdist.core.errors import LaunchError
 from jupyter_torchdist.launchers import connect
 from jupyter_torchdist.launchers import spark as spark_mod
 from jupyter_torchdist.launchers.spark_security import (IGNORE_SSL_KEY, SSL_KEY, require_ssl_consent, session_conf,
                                                         ssl_verdict)
-from jupyter_torchdist.options import RunOptions
+from jupyter_torchdist.core.options import RunOptions
 
 
 SSL_ON = {SSL_KEY: "true"}

@@ -7,8 +7,8 @@ import typing
 
 import pytest
 
-from jupyter_torchdist import contract as C
-from jupyter_torchdist.errors import RunError, RunFailed, RunInterrupted, RunTimeout
+from jupyter_torchdist.core import contract as C
+from jupyter_torchdist.core.errors import RunError, RunFailed, RunInterrupted, RunTimeout
 from jupyter_torchdist.kernel.state import HISTORY_POINTS, RunState
 from jupyter_torchdist.views.schema import RunSnapshot
 

@@ -10,13 +10,13 @@ import types
 import pytest
 
 from jupyter_torchdist import TorchDistributor
-from jupyter_torchdist.errors import (CaptureError, LaunchError, OptionsError, RunError, RunFailed, RunInterrupted,
+from jupyter_torchdist.core.errors import (CaptureError, LaunchError, OptionsError, RunError, RunFailed, RunInterrupted,
                                       RunTimeout)
 from jupyter_torchdist.kernel import torch_distributor as td
 from jupyter_torchdist.kernel.torch_distributor import GpuFacts, gpu_plan
 from jupyter_torchdist.launchers import spark as spark_mod
 from jupyter_torchdist.launchers import sessions, spark_session
-from jupyter_torchdist.options import DEFAULT_WAIT_S, RunOptions
+from jupyter_torchdist.core.options import DEFAULT_WAIT_S, RunOptions
 
 
 class FakeConf:

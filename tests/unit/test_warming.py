@@ -5,7 +5,7 @@ import threading
 
 from jupyter_torchdist.launchers import backend_for
 from jupyter_torchdist.launchers import spark_session
-from jupyter_torchdist.options import RunOptions
+from jupyter_torchdist.core.options import RunOptions
 
 
 def test_only_runs_that_need_nothing_of_spark_go_local_and_only_while_it_starts(monkeypatch):
