@@ -17,12 +17,12 @@ from .data.batches import batches
 from .core.errors import (CaptureError, DistributeError, LaunchError, OptionsError, RunError, RunFailed, RunInterrupted,
                      RunTimeout)
 from .kernel.api import run, run_detailed, spark_session, sweep
-from .kernel.runs import Run, runs
+from .kernel.handles import Run, runs
 from .kernel.sweep import Sweep
 from .kernel.kept import KeptInfo, Ranks
 from .kernel.kept_magic import kept
 from .kernel.result import RunResult
-from .kernel.run import last_run
+from .kernel.launch import last_run
 from .kernel.torch_distributor import TorchDistributor
 from .kernel.deepspeed_distributor import DeepspeedTorchDistributor
 from .rank.api import (barrier, commit, device, is_main, local_rank, local_world_size, main_first, on_main, rank,

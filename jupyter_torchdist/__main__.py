@@ -168,7 +168,7 @@ def _wants_help(argv: list[str]) -> bool:
 
 
 def _run(options: RunOptions) -> None:
-    from .kernel.run import Work, launch
+    from .kernel.launch import Work, launch
     from .kernel.script import script_function
     from .views import NullView
     from .views.text import TextView

@@ -8,7 +8,7 @@ from ..core.grid import check_grid
 from ..core.options import RunOptions
 from ..views import NullView, RunView
 from .result import RunResult
-from .run import Work, launch, launch_background
+from .launch import Work, launch, launch_background
 from .sweep import Sweep, sweep_function
 
 __all__ = ["run", "run_detailed", "sweep", "spark_session"]

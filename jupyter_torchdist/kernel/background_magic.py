@@ -7,8 +7,8 @@ from IPython.core.error import UsageError
 
 from ..core.options import RunOptions
 from ..views import NullView, make_view
-from .run import Work, launch_background
-from .runs import Run, find, last_background
+from .launch import Work, launch_background
+from .handles import Run, find, last_background
 from .sweep import Sweep, sweep_cell
 
 __all__ = ["run_background", "run_sweep", "wait_for"]

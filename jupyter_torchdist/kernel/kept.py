@@ -23,10 +23,10 @@ from .pickling import pack
 from .rankset import KeptInfo, RankSet
 from .restarts import CheckpointFolder, restartable
 from .result import RunResult
-from .driver import Gate
-from .run import execute
-from .runs import Run
-from .slots import Ticket, turns
+from .scheduling import Pool
+from .launch import execute
+from .handles import Run
+from .turns import Place, turns
 
 __all__ = ["Ranks", "KeptInfo", "notebook_ranks", "set_notebook_ranks"]
 
@@ -124,9 +124,9 @@ class Ranks:
         kept.close()
         return True
 
-    def turn(self, run: Run) -> Gate:
+    def turn(self, run: Run) -> Pool:
         """``run``'s turn on these ranks: cells run one at a time, in the order they came, never interleaved."""
-        return Gate(Ticket(run.id, 1, self.turn_pool, what="turn"), lambda: 1)
+        return Pool(Place(run.id, 1, self.turn_pool, what="turn"), lambda: 1)
 
     def busy(self) -> list[int]:
         """The runs (cells) running on these ranks or waiting for them, by number."""

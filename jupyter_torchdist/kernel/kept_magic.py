@@ -13,12 +13,12 @@ from ..views import make_view
 from .cell import CellSyntaxError
 from .kept import KeptInfo, Ranks, notebook_ranks, set_notebook_ranks
 from .kept_cell import kept_cell
-from .driver import Driven, background_run, drive, go
+from .scheduling import ScheduledRun, background_run, drive, start_on_thread
 from .pickling import pack
 from .restarts import ContinuedView
 from .result import RunResult
-from .run import Work
-from .runs import Run, background_going, new_run
+from .launch import Work
+from .handles import Run, background_going, new_run
 
 __all__ = ["run_kept", "stop_kept", "kept", "debug_kept"]
 
@@ -93,7 +93,7 @@ def run_kept(shell: Any, line: str, cell: str, options: RunOptions, number: int)
     run_options = options if options.n == n else replace(options, n=n)
     work = Work(job, title=f"{header} (a cell on kept ranks)", filename=filename, source=header + "\n" + job.source)
 
-    def attempts(d: Driven) -> RunResult:
+    def attempts(d: ScheduledRun) -> RunResult:
         return ranks.execute(d.payload, d.options, title=f"{header} (cell {ranks_cells(ranks) + 1} on kept ranks)",
                              view=d.shown, filename=work.filename, source=work.source, run=d.run)
 
@@ -101,11 +101,11 @@ def run_kept(shell: Any, line: str, cell: str, options: RunOptions, number: int)
     if options.background:
         check_background(background_going())
         d = background_run(payload, run_options, view, work, attempts)
-        go(d, on_end=_stores(shell, options.output), gates=lambda: [ranks.turn(d.run)])
+        start_on_thread(d, on_end=_stores(shell, options.output), pools=lambda: [ranks.turn(d.run)])
         return d.run
     run = new_run(work.title, run_options)
-    result = drive(Driven(run, payload, run_options, work, ContinuedView(view), attempts), lambda: [ranks.turn(run)],
-                   None)
+    scheduled = ScheduledRun(run, payload, run_options, work, ContinuedView(view), attempts)
+    result = drive(scheduled, lambda: [ranks.turn(run)], None)
     if options.output:
         shell.user_ns[options.output] = result.value
     return result.value

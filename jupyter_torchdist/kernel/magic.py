@@ -16,8 +16,8 @@ from . import background_magic, control, kept_magic
 from .cell import CellSyntaxError, compile_cell
 from .idle import DEFAULT_IDLE_S, IDLE_ENV, IdleWatch, idle_seconds
 from .kept import notebook_ranks
-from .run import Work, launch
-from .runs import runs
+from .launch import Work, launch
+from .handles import runs
 
 __all__ = ["DistributeMagics", "load", "unload"]
 

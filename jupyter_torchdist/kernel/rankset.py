@@ -1,6 +1,6 @@
 """The ranks cells run on: a launcher, the channel the ranks dial, and what the kernel learnt about them.
 
-One run path for every cell (``run.execute``); what differs is how long the ranks live. A one-shot set
+One run path for every cell (``launch.execute``); what differs is how long the ranks live. A one-shot set
 lives for one cell: its ranks exit after it, and its channel closes. A kept set (``keep=True``) stays up
 after the cell: later cells are sent to the ranks already up, in their own namespace, until ``close``.
 """

@@ -21,9 +21,9 @@ from ..launchers import backend_for
 from ..launchers.limits import check_background
 from ..core.options import RunOptions
 from ..rank.params import WithGlobals
-from .driver import Driven, go
-from .run import Work, prepare_background
-from .runs import ENDED, Run, background_going
+from .scheduling import ScheduledRun, start_on_thread
+from .launch import Work, prepare_background
+from .handles import ENDED, Run, background_going
 from .sweep_state import metric_of, results_rows, sweep_snapshot
 
 __all__ = ["Sweep", "start_sweep", "sweep_cell", "sweep_function"]
@@ -66,7 +66,7 @@ class Sweep:
         self.most: int | None = None  # the server's limit on runs at once (launchers/limits.py), if any
         self._view = view
         self._cv = threading.Condition()
-        self._pending: list[Driven] = []
+        self._pending: list[ScheduledRun] = []
         self._active = 0
         self._stopping: str | None = None
         self._dirty = True
@@ -129,7 +129,7 @@ class Sweep:
     def _changed(self) -> None:
         self._dirty = True
 
-    def _start(self, pending: Sequence[Driven]) -> None:
+    def _start(self, pending: Sequence[ScheduledRun]) -> None:
         self._pending = list(pending)
         self.runs = [d.run for d in pending]
         for run in self.runs:
@@ -161,7 +161,7 @@ class Sweep:
                                                             "while queued: no rank had started"))
                     continue
                 self._active += 1
-                go(d, on_end=self._one_ended)
+                start_on_thread(d, on_end=self._one_ended)
         self._dirty = True
 
     def _one_ended(self, run: Run) -> None:

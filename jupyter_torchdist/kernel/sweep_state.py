@@ -11,7 +11,7 @@ from typing import Any, Final
 
 from ..core.grid import describe
 from ..views.schema import SCHEMA_VERSION, SweepRunSnapshot, SweepSnapshot
-from .runs import ENDED, Run
+from .handles import ENDED, Run
 
 __all__ = ["sweep_snapshot", "results_rows", "metric_of", "LOSS_POINTS"]
 

@@ -24,7 +24,7 @@ from ..launchers.sessions import notebook_session
 from ..core.options import RunOptions
 from ..views import make_view
 from .result import RunResult
-from .run import Work, launch
+from .launch import Work, launch
 
 __all__ = ["TorchDistributor", "GpuFacts", "gpu_plan"]
 

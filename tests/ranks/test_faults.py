@@ -18,7 +18,7 @@ from jupyter_torchdist.kernel.pickling import pack
 from jupyter_torchdist.core.errors import RunFailed, RunInterrupted, RunTimeout
 from jupyter_torchdist.kernel.rankset import RankSet
 from jupyter_torchdist.core.options import RunOptions
-from jupyter_torchdist.kernel.run import execute
+from jupyter_torchdist.kernel.launch import execute
 from jupyter_torchdist.views import NullView
 
 from ..support import fault_helpers as fh

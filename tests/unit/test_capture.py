@@ -24,7 +24,7 @@ def ns():
     namespace.update(lock=threading.Lock(), sock=sock, gen=(i for i in range(3)), big=b"x" * (3 * MB),
                      medium=list(range(100_000)), small=[1, 2, 3])
     exec("def helper():\n    with lock:\n        return 1\n"
-         "class Model:\n    def go(self):\n        return sock.fileno()\n"
+         "class Model:\n    def start_on_thread(self):\n        return sock.fileno()\n"
          "class Guarded:\n    guard = lock\n"
          "class Trainer:\n    def __init__(self):\n        self.steps = 3\n        self.mutex = lock\n"
          "trainer = Trainer()\n"
@@ -77,10 +77,10 @@ def test_only_what_the_cell_uses_is_captured(ns):
 
 
 def test_magic_names_the_lock_before_launching(shell, capsys, monkeypatch):
-    from jupyter_torchdist.kernel import run
+    from jupyter_torchdist.kernel import launch
 
     launched = []
-    monkeypatch.setattr(run, "execute", lambda *a, **k: launched.append(a))
+    monkeypatch.setattr(launch, "execute", lambda *a, **k: launched.append(a))
     shell.run_cell("import threading\nmy_lock = threading.Lock()\n")
     result = shell.run_cell("%%distribute -n 2\nwith my_lock:\n    x = 1\nx\n")
     shown = capsys.readouterr()
@@ -92,9 +92,9 @@ def test_magic_names_the_lock_before_launching(shell, capsys, monkeypatch):
 
 
 def test_magic_payload_limit_option(shell, capsys, monkeypatch):
-    from jupyter_torchdist.kernel import run
+    from jupyter_torchdist.kernel import launch
 
-    monkeypatch.setattr(run, "execute", lambda *a, **k: pytest.fail("launched despite the payload limit"))
+    monkeypatch.setattr(launch, "execute", lambda *a, **k: pytest.fail("launched despite the payload limit"))
     shell.run_cell("blob = bytes(3 * 1024 * 1024)\n")
     result = shell.run_cell("%%distribute -n 2 --max-payload-mb 1\nlen(blob)\n")
     text = "".join(capsys.readouterr())

@@ -86,7 +86,8 @@ def test_no_function_is_too_long():
 
 def test_the_kernel_side_does_not_load_the_rank_runtime_and_the_rank_side_no_kernel_code():
     code = ("import sys, jupyter_torchdist as jt\n"
-            "import jupyter_torchdist.kernel.run, jupyter_torchdist.kernel.magic, jupyter_torchdist.launchers.spark\n"
+            "import jupyter_torchdist.kernel.launch, jupyter_torchdist.kernel.magic\n"
+            "import jupyter_torchdist.launchers.spark\n"
             "import jupyter_torchdist.launchers.local\n"
             "print(sorted(m for m in sys.modules if m.startswith('jupyter_torchdist.rank.') "
             "and m not in ('jupyter_torchdist.rank.api', 'jupyter_torchdist.rank.forking', "

@@ -1,4 +1,4 @@
-"""The handles a notebook holds (kernel/runs.py, kernel/sweep_state.py, kernel/control.py): states, waiting,
+"""The handles a notebook holds (kernel/handles.py, kernel/sweep_state.py, kernel/control.py): states, waiting,
 values and errors, stops that reach only their run, and the tables. No ranks: the drivers' side is played here."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from jupyter_torchdist.core import contract as C
 from jupyter_torchdist.core.errors import RankFailure, RunFailed, RunInterrupted
 from jupyter_torchdist.kernel import control
-from jupyter_torchdist.kernel.runs import RunList, new_run
+from jupyter_torchdist.kernel.handles import RunList, new_run
 from jupyter_torchdist.kernel.sweep_state import metric_of, results_rows, sweep_snapshot
 from jupyter_torchdist.core.options import RunOptions
 

@@ -7,8 +7,8 @@ import pytest
 
 import jupyter_torchdist as jt
 from jupyter_torchdist.core.errors import LaunchError
-from jupyter_torchdist.kernel import driver
-from jupyter_torchdist.kernel.runs import runs
+from jupyter_torchdist.kernel import scheduling
+from jupyter_torchdist.kernel.handles import runs
 
 
 class Broken(RuntimeError):
@@ -20,7 +20,7 @@ def probe_fails(monkeypatch):
     """The backend's probe raises (a Spark Connect session gone, a registry claim that cannot decide)."""
     def broken(options):
         raise Broken("the backend's probe failed: session gone")
-    monkeypatch.setattr(driver, "backend_for", broken)
+    monkeypatch.setattr(scheduling, "backend_for", broken)
 
 
 def test_a_background_run_whose_probe_fails_ends_with_that_error(probe_fails):
@@ -45,17 +45,17 @@ def test_a_sweep_whose_probe_fails_ends_every_member(probe_fails):
 
 def test_a_slot_count_that_fails_while_the_run_waits_ends_it(monkeypatch):
     """The run queues behind another holder; then reading the backend's slots raises."""
-    from jupyter_torchdist.kernel.slots import Ticket, turns
+    from jupyter_torchdist.kernel.turns import Place, turns
 
-    holder = Ticket(-1, 1, "broken-pool")
+    holder = Place(-1, 1, "broken-pool")
     assert turns.wait(holder, lambda: 1) == "go"
 
-    def gate(run, options):
+    def pool(run, options):
         def capacity() -> int:
             raise LaunchError("the session's slots could not be read: its JVM is gone")
-        return driver.Gate(Ticket(run.id, 1, "broken-pool"), capacity)
+        return scheduling.Pool(Place(run.id, 1, "broken-pool"), capacity)
 
-    monkeypatch.setattr(driver, "slots_gate", gate)
+    monkeypatch.setattr(scheduling, "slots_pool", pool)
     try:
         run = jt.run(len, [1], n=1, local=True, background=True)
         assert run.wait(timeout=10), f"still {run.state}"

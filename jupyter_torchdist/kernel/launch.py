@@ -3,7 +3,7 @@
 ``execute`` runs one cell on a set of ranks (``rankset.RankSet``: fresh ones for a one-shot run, the kept
 ones for ``--keep``), from the first frame of the view to the value or the error with the result on it
 (``exc.result``), so logs and state of a failed run stay reachable. ``launch`` packs the work and runs it on
-fresh ranks here, ``launch_background`` on a thread of its own (``driver.py``: the turn, the handle).
+fresh ranks here, ``launch_background`` on a thread of its own (``scheduling.py``: the turn, the handle).
 """
 from __future__ import annotations
 
@@ -17,12 +17,12 @@ from ..core.errors import DistributeError, RunError, RunFailed, RunInterrupted
 from ..launchers.limits import check_background
 from ..core.options import RunOptions
 from ..views import NullView, RunView
-from .driver import Driven, background_run, drive, go, slots_gate
+from .scheduling import ScheduledRun, background_run, drive, start_on_thread, slots_pool
 from .pickling import pack
 from .rankset import RankSet
 from .result import RunResult
 from .restarts import Attempt, CheckpointFolder, ContinuedView, failed_attempt
-from .runs import Run, background_going, last_result, new_run
+from .handles import Run, background_going, last_result, new_run
 from .supervisor import plain_sigint
 
 __all__ = ["Work", "launch", "launch_background", "prepare_background", "execute", "last_run"]
@@ -50,8 +50,8 @@ def launch(work: Work, options: RunOptions, view: RunView | None = None) -> RunR
     must wait for slots other runs of this kernel hold waits its turn, up to ``--wait``."""
     payload = pack(work.fn, work.args, work.kwargs, max_bytes=options.max_payload_bytes)
     run = new_run(work.title, options)
-    d = Driven(run, payload, options, work, ContinuedView(view or NullView()), _attempts)
-    return drive(d, lambda: [slots_gate(run, options)], deadline=time.time() + options.wait)
+    d = ScheduledRun(run, payload, options, work, ContinuedView(view or NullView()), _attempts)
+    return drive(d, lambda: [slots_pool(run, options)], deadline=time.time() + options.wait)
 
 
 def launch_background(work: Work, options: RunOptions, view: RunView | None = None, *,
@@ -60,18 +60,18 @@ def launch_background(work: Work, options: RunOptions, view: RunView | None = No
     waiting its turn for slots first. ``on_end`` is called with the handle once the run has ended."""
     check_background(background_going())
     d = prepare_background(work, options, view)
-    go(d, on_end)
+    start_on_thread(d, on_end)
     return d.run
 
 
 def prepare_background(work: Work, options: RunOptions, view: RunView | None = None,
-                       params: Mapping[str, Any] | None = None) -> Driven:
-    """A background run's handle and first frame, not started yet (``driver.go`` starts it: a sweep's scheduler)."""
+                       params: Mapping[str, Any] | None = None) -> ScheduledRun:
+    """A background run's handle and first frame, not started yet (``scheduling.go`` starts it: a sweep's scheduler)."""
     payload = pack(work.fn, work.args, work.kwargs, max_bytes=options.max_payload_bytes)
     return background_run(payload, options, view or NullView(), work, _attempts, params)
 
 
-def _attempts(d: Driven) -> RunResult:
+def _attempts(d: ScheduledRun) -> RunResult:
     """Run on fresh ranks; with ``--max-restarts``, again on fresh ranks after a failure from outside the cell's
     code, up to that many times (``restarts``), the ranks resuming from the last ``jt.commit``."""
     options, work = d.options, d.work

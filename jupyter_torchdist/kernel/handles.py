@@ -2,7 +2,7 @@
 
 A foreground ``%%distribute`` cell, a ``--background`` one, ``run(..., background=True)`` and each run of a sweep get
 a ``Run``: its number, title and state (queued, running, done, failed, stopped), and once it has ended its value or
-its error and its ``RunResult``. The handle is filled in by whoever drives the run (``background.py``, ``run.py``);
+its error and its ``RunResult``. The handle is filled in by whoever drives the run (``background.py``, ``launch.py``);
 the notebook waits on it, asks for its value or stops it, from any thread. ``runs()`` lists them, oldest first.
 Nothing outlives the kernel: at exit every run still going is stopped (``stop_all``).
 """
@@ -22,7 +22,7 @@ from ..core.errors import RunInterrupted
 from ..core.grid import describe
 from ..core.options import RunOptions
 from .result import RunResult
-from .slots import turns
+from .turns import turns
 
 __all__ = ["Run", "RunList", "runs", "new_run", "find", "last_background", "last_result", "stop_all", "ENDED"]
 

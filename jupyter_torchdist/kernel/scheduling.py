@@ -1,9 +1,9 @@
 """Drive one run from its turn to its end, in the foreground or on a thread of its own.
 
-A run waits for its turn (``slots.turns``: a sweep's places, then the backend's task slots), starts its ranks (with
-``--max-restarts``, again after a lost rank) and fills in its handle (``runs.Run``). Its view is one view from the
+A run waits for its turn (``turns.turns``: a sweep's places, then the backend's task slots), starts its ranks (with
+``--max-restarts``, again after a lost rank) and fills in its handle (``handles.Run``). Its view is one view from the
 first frame to the report (``ContinuedView``): while the run waits it shows the run queued and what it waits for.
-``launch`` (``run.py``) drives in the caller's thread; ``background_run`` then ``go`` on a thread of its own, after
+``launch`` (``launch.py``) drives in the caller's thread; ``background_run`` then ``go`` on a thread of its own, after
 drawing the first frame in the caller's cell (the handle comes back at once).
 """
 from __future__ import annotations
@@ -20,25 +20,25 @@ from ..core.options import RunOptions
 from ..views import RunView
 from .result import RunResult
 from .restarts import ContinuedView
-from .runs import Run, new_run
-from .slots import Ticket, turns
+from .handles import Run, new_run
+from .turns import Place, turns
 from .state import RunState
 
-__all__ = ["Gate", "Gates", "Driven", "drive", "background_run", "go", "slots_gate"]
+__all__ = ["Pool", "Pools", "ScheduledRun", "drive", "background_run", "start_on_thread", "slots_pool"]
 
 Capacity = Callable[[], "int | None"]
 
 
 @dataclass(frozen=True)
-class Gate:
+class Pool:
     """A pool the run takes a place in before it starts, and how many places the pool has."""
 
-    ticket: Ticket
+    place: Place
     capacity: Capacity
 
 
 @dataclass
-class Driven:
+class ScheduledRun:
     """One run as the driver holds it: its handle, what it runs, and its one view."""
 
     run: Run
@@ -46,7 +46,7 @@ class Driven:
     options: RunOptions
     work: Any                     # run.Work: the title, filename and source
     shown: ContinuedView
-    attempts: Callable[[Driven], RunResult]   # run.py's: start the ranks (again after a lost rank)
+    attempts: Callable[[ScheduledRun], RunResult]   # launch.py's: start the ranks (again after a lost rank)
     waiting: RunState | None = None           # the run as its view shows it until its ranks start
 
     def placeholder(self) -> RunState:
@@ -56,7 +56,7 @@ class Driven:
                                     background=self.run.background)
         return self.waiting
 
-    def say(self, text: str | None) -> None:
+    def show_waiting(self, text: str | None) -> None:
         """What the run waits for, in its view (drawn at once the first time); None: it waits no more."""
         state = self.placeholder()
         state.status, state.now = ("queued" if text else "starting"), time.time()
@@ -65,7 +65,7 @@ class Driven:
         self.shown.start(dict(state.snapshot(log_tail=0)))
 
 
-def slots_gate(run: Run, options: RunOptions) -> Gate:
+def slots_pool(run: Run, options: RunOptions) -> Pool:
     """The backend's task slots (none for local processes); read again while the run waits."""
     before_run(options)  # the embedded session starts warming if this run could use it
     backend = backend_for(options)
@@ -77,28 +77,28 @@ def slots_gate(run: Run, options: RunOptions) -> Gate:
         except Exception:
             return None  # the launcher will say what is wrong when the run starts
 
-    place = _PLACES.get(backend.name, f"the {backend.name} backend")
-    return Gate(Ticket(run.id, options.n, backend.name, place=place), capacity)
+    where = _PLACES.get(backend.name, f"the {backend.name} backend")
+    return Pool(Place(run.id, options.n, backend.name, where=where), capacity)
 
 
 _PLACES = {"spark": "the Spark session", "connect": "the Spark Connect session"}
 
 
-Gates = Callable[[], Sequence[Gate]]
+Pools = Callable[[], Sequence[Pool]]
 
 
-def drive(d: Driven, gates: Gates, deadline: float | None) -> RunResult:
-    """Wait for the run's turn at ``gates()``, run it, fill in its handle; the result, or raise the run's error.
+def drive(d: ScheduledRun, pools: Pools, deadline: float | None) -> RunResult:
+    """Wait for the run's turn at ``pools()``, run it, fill in its handle; the result, or raise the run's error.
     Whatever fails on the way (the backend's probe, its slot count, the session gone) ends the run with that error:
     a run never stays queued. The handle says the run ended before its slots go to the next run in line."""
-    held: list[Ticket] = []
+    held: list[Place] = []
     try:
         try:
-            for gate in gates():
-                _take_turn(d, gate, deadline)
-                held.append(gate.ticket)
+            for pool in pools():
+                _take_turn(d, pool, deadline)
+                held.append(pool.place)
             if d.waiting is not None and d.waiting.status == "queued":
-                d.say(None)  # its turn came: starting
+                d.show_waiting(None)  # its turn came: starting
             d.run.running()
             result = d.attempts(d)
         except BaseException as exc:
@@ -113,11 +113,11 @@ def drive(d: Driven, gates: Gates, deadline: float | None) -> RunResult:
         d.run.finish(result.value, result, None)
         return result
     finally:
-        for ticket in held:
-            turns.release(ticket)
+        for place in held:
+            turns.release(place)
 
 
-def _close_view(d: Driven, error: BaseException | None = None) -> None:
+def _close_view(d: ScheduledRun, error: BaseException | None = None) -> None:
     """The report replaces the view; a view that breaks (its front end went away) never costs the run its end."""
     try:
         if error is not None:
@@ -127,9 +127,9 @@ def _close_view(d: Driven, error: BaseException | None = None) -> None:
         pass
 
 
-def _take_turn(d: Driven, gate: Gate, deadline: float | None) -> None:
-    outcome = turns.wait(gate.ticket, gate.capacity, deadline=deadline, stopped=lambda: d.run.stop_asked is not None,
-                         say=d.say)
+def _take_turn(d: ScheduledRun, pool: Pool, deadline: float | None) -> None:
+    outcome = turns.wait(pool.place, pool.capacity, deadline=deadline, stopped=lambda: d.run.stop_asked is not None,
+                         show_waiting=d.show_waiting)
     if outcome == "stopped":
         raise RunInterrupted(f"stopped by {d.run.stop_asked} while queued: no rank had started")
     if outcome == "timeout":
@@ -138,7 +138,7 @@ def _take_turn(d: Driven, gate: Gate, deadline: float | None) -> None:
                           "for those runs (run.wait()), stop one (run.stop()), or wait longer (--wait SECONDS).")
 
 
-def _as_error(exc: BaseException, d: Driven) -> BaseException:
+def _as_error(exc: BaseException, d: ScheduledRun) -> BaseException:
     """An interrupt while the run waited is the run's RunInterrupted; anything else stands as it is."""
     if isinstance(exc, KeyboardInterrupt):
         where = "while queued for task slots" if d.run.state == "queued" else "before any rank started"
@@ -146,7 +146,7 @@ def _as_error(exc: BaseException, d: Driven) -> BaseException:
     return exc
 
 
-def _show_end(d: Driven, error: BaseException) -> None:
+def _show_end(d: ScheduledRun, error: BaseException) -> None:
     """A run that never started its ranks but whose view was drawn (it waited): the view says why it ended."""
     if d.waiting is None or d.shown.finished:
         return  # nothing drawn yet, or the run's own last frame was
@@ -160,26 +160,27 @@ def _show_end(d: Driven, error: BaseException) -> None:
 
 # -- in the background ------------------------------------------------------------------------------------------
 def background_run(payload: bytes, options: RunOptions, view: RunView, work: Any,
-                   attempts: Callable[[Driven], RunResult], params: Mapping[str, Any] | None = None) -> Driven:
+                   attempts: Callable[[ScheduledRun], RunResult],
+                   params: Mapping[str, Any] | None = None) -> ScheduledRun:
     """A background run's handle and its first frame, drawn here, in the caller's cell (where a notebook shows it);
-    ``go`` starts it."""
+    ``start_on_thread`` starts it."""
     options = replace(options, background=True)
-    d = Driven(new_run(work.title, options, params), payload, options, work, ContinuedView(view), attempts)
-    d.say(None)
+    d = ScheduledRun(new_run(work.title, options, params), payload, options, work, ContinuedView(view), attempts)
+    d.show_waiting(None)
     return d
 
 
-def go(d: Driven, on_end: Callable[[Run], None] | None = None, gates: Gates | None = None) -> None:
+def start_on_thread(d: ScheduledRun, on_end: Callable[[Run], None] | None = None, pools: Pools | None = None) -> None:
     """Drive the run on a thread of its own (its later frames update the view from there), after its turn at
-    ``gates()`` (default: the backend's task slots), asked for on that thread: a failure there ends the run."""
-    taken = gates if gates is not None else (lambda: [slots_gate(d.run, d.options)])
+    ``pools()`` (default: the backend's task slots), asked for on that thread: a failure there ends the run."""
+    taken = pools if pools is not None else (lambda: [slots_pool(d.run, d.options)])
     threading.Thread(target=_in_background, args=(d, taken, on_end), name=f"jupyter-torchdist-run-{d.run.id}",
                      daemon=True).start()
 
 
-def _in_background(d: Driven, gates: Gates, on_end: Callable[[Run], None] | None) -> None:
+def _in_background(d: ScheduledRun, pools: Pools, on_end: Callable[[Run], None] | None) -> None:
     try:
-        drive(d, gates, deadline=None)
+        drive(d, pools, deadline=None)
     except BaseException:
         pass  # on the handle: result() raises it
     finally:
