@@ -20,6 +20,7 @@ from ..core import contract as C
 from ..core.contract import Inbound
 from ..core.errors import RunInterrupted
 from ..core.grid import describe
+from ..views.table import text_table
 from ..core.options import RunOptions
 from .result import RunResult
 from .turns import turns
@@ -177,9 +178,7 @@ class RunList(list[Run]):
         return rows
 
     def __repr__(self) -> str:
-        rows = [self._COLUMNS, *self._rows()]
-        widths = [min(60, max(len(row[i]) for row in rows)) for i in range(len(self._COLUMNS))]
-        return "\n".join("  ".join(cell[:w].ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)
+        return "\n".join(text_table(self._COLUMNS, self._rows(), widest=60))
 
     def _repr_html_(self) -> str:
         head = "".join(f"<th style='text-align:left'>{c}</th>" for c in self._COLUMNS)

@@ -20,6 +20,7 @@ from typing import Any, Final
 from ..views.schema import (LOSS_KEYS, MANY_RANKS, TABLE_COLUMNS, GroupSnapshot, HostGroupSnapshot, OutlierSnapshot,
                             QuantileSnapshot, SummarySnapshot, TableSnapshot)
 from ..core._groups import group_texts
+from ..core.thinning import evenly
 from .places import describe
 from .rank_state import RankState
 from .usage import INPUT_BOUND
@@ -80,8 +81,8 @@ class LossBand:
             self.points[-1] = [self.points[-1][0], q[0], q[2], q[4]]  # the latest word at that step
             return
         self.points.append([step, q[0], q[2], q[4]])
-        if len(self.points) > 2 * BAND_POINTS:
-            self.points = self.points[::2] if len(self.points) % 2 else self.points[::2] + [self.points[-1]]
+        if len(self.points) > 2 * BAND_POINTS:  # thinned in halves: each sample costs O(1) over the run
+            self.points = evenly(self.points, BAND_POINTS)
 
 
 def _measures(ranks: Sequence[RankState]) -> list[QuantileSnapshot]:

@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from ..core.grid import describe
+from ..core.thinning import evenly
 from ..views.schema import SCHEMA_VERSION, SweepRunSnapshot, SweepSnapshot
 from .handles import ENDED, Run
 
@@ -56,10 +57,7 @@ def _lead(snap: Mapping[str, Any] | None) -> Mapping[str, Any]:
 
 def _loss(lead: Mapping[str, Any]) -> list[list[float]]:
     points = [p for p in lead.get("loss_history") or [] if isinstance(p, (list, tuple)) and len(p) == 2]
-    if len(points) > LOSS_POINTS:
-        stride = math.ceil(len(points) / LOSS_POINTS)
-        points = points[::stride] + ([points[-1]] if (len(points) - 1) % stride else [])
-    return [[float(x), float(y)] for x, y in points]
+    return [[float(x), float(y)] for x, y in evenly(points, LOSS_POINTS)]
 
 
 def _plain(value: Any) -> Any:

@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 from ..core import contract as C
+from ..core.thinning import evenly
 from ..channel import protocol as P
 from ..channel.client import Stream
 
@@ -53,10 +54,7 @@ def _plain(value: Any) -> Any:
 
 def _thin(queued: list[C.ProgressMsg], keep: int) -> list[C.ProgressMsg]:
     """At most ``keep`` progress points, evenly spread and always the latest."""
-    if len(queued) <= keep:
-        return queued
-    chosen = {round(j * (len(queued) - 1) / (keep - 1)) for j in range(keep)}
-    return [m for i, m in enumerate(queued) if i in chosen]
+    return evenly(queued, keep)
 
 
 class RankClient:

@@ -9,6 +9,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 from .style import DASH, colour, duration, fmt_metric
+from .table import text_table
 
 __all__ = ["SWEEP_MIME", "SweepReport", "sweep_bundle", "sweep_text", "sweep_html", "SweepView"]
 
@@ -43,10 +44,8 @@ def sweep_text(snap: Mapping[str, Any]) -> str:
     """The sweep as a plain-text table, failed runs named below it."""
     metrics = _metric_names(snap)
     head = ["run", "params", "state", "step", *metrics, "time"]
-    rows = [head, *(_cells(r, metrics) for r in snap.get("runs") or [])]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
     lines = [f"{snap.get('title', 'sweep')}: {snap.get('status', '')}, {_counts(snap)}"]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
+    lines += text_table(head, [_cells(r, metrics) for r in snap.get("runs") or []])
     lines += [f"run {r.get('id')} ({r.get('label')}) {r.get('state')}: {r.get('error')}"
               for r in snap.get("runs") or [] if r.get("error")]
     return "\n".join(lines)

@@ -9,6 +9,7 @@ from .style import (DASH, ECHOES_FROM, KIND_LABELS, clip, duration, exit_text, m
                     status_label, tally, tally_counts)
 from .style import where as where_text
 from .stacks import has_places, place_lines, stacks_title
+from .table import text_table
 from .trim import trim_snapshot
 from .usage import data_line, usage_cells, usage_columns
 
@@ -97,13 +98,5 @@ def _table(ranks: list[RankSnapshot]) -> list[str]:
     usage = usage_columns(ranks)
     header = ["rank", "host", "state", "progress", "rate", *(u.lower() for u in usage), "elapsed", "exit",
               "metrics / last output"]
-    rows = [_row(r, usage) for r in ranks]
-    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header) - 1)]
     right = {0, 4, *range(5, 5 + len(usage) + 2)}
-
-    def fmt(row: list[str]) -> str:
-        cells = [c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths))]
-        return "  ".join(cells + [row[-1]]).rstrip()
-
-    rule = ["-" * w for w in widths] + ["-" * len(header[-1])]
-    return ["", fmt(header), fmt(rule)] + [fmt(row) for row in rows]
+    return ["", *text_table(header, [_row(r, usage) for r in ranks], right=right, rule=True, free_last=True)]

@@ -11,6 +11,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from ..core.thinning import evenly
+
 from .schema import (SCHEMA_VERSION, TABLE_COLUMNS, DataSnapshot, FrameSnapshot, GroupSnapshot, HostGroupSnapshot,
                      OutlierSnapshot, PlaceSnapshot, QuantileSnapshot, RankSnapshot, RunErrorSnapshot, RunSnapshot,
                      SecondarySnapshot, SummarySnapshot, TableSnapshot, UsageSnapshot)
@@ -61,10 +63,7 @@ def _thin(points: Any, limit: int) -> list[list[float]]:
         return []
     clean = [[p[0], p[1]] for p in points
              if isinstance(p, Sequence) and len(p) >= 2 and finite(p[0]) is not None and finite(p[1]) is not None]
-    if len(clean) <= limit:
-        return clean
-    stride = len(clean) / limit
-    return [clean[math.floor(i * stride)] for i in range(limit - 1)] + [clean[-1]]
+    return evenly(clean, limit)
 
 
 def _log_tail(tail: Any, budget: Budget, chars: int) -> list[list[str]]:
