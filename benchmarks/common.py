@@ -159,7 +159,7 @@ def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
 def save(name: str, data: dict[str, Any]) -> str:
     os.makedirs(RESULTS, exist_ok=True)
     path = os.path.join(RESULTS, f"{name}.json")
-    data = dict(data, saved_at=time.strftime("%Y-%m-%d %H:%M:%S"), load_at_end=round(load1(), 2))
+    data = dict(data, saved_at=time.strftime("%Y-%m-%d %H:%M:%S"), commit=commit(), load_at_end=round(load1(), 2))
     with open(path, "w") as f:
         json.dump(data, f, indent=1, default=str)
     return path
@@ -256,8 +256,25 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def commit() -> str:
+    """The commit measured (JTD_COMMIT where the checkout has no git, as on a lent GPU machine), with ``+changes``
+    when the working tree differs from it."""
+    if os.environ.get("JTD_COMMIT"):
+        return os.environ["JTD_COMMIT"]
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True,
+                              cwd=REPO, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+                               text=True, cwd=REPO, timeout=10).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    return (head or "unknown") + ("+changes" if dirty else "")
+
+
 def header(title: str, info: dict[str, Any]) -> None:
+    """The results file's first lines: what it measures, when, at which commit, on which machine."""
     print(f"# {title}")
+    print(f"# measured {time.strftime('%Y-%m-%d %H:%M %Z')} at commit {commit()}")
     print(f"# machine: {info['cpu']} | {info['cores']} cores | {info['mem_gb']} GB | Python {info['python']} | "
           f"torch {info['torch']} | pyspark {info['pyspark']} | {info['java']} | CUDA {info['cuda']} | "
           f"load {info['load_at_start']}", flush=True)

@@ -192,19 +192,10 @@ def several_gpus(ks: common.KernelSession, c: Check, devices: list[str]) -> None
     c.step(f"{n} ranks, torch.cuda.set_device(LOCAL_RANK) on each", several)
 
 
-def commit() -> str:
-    if os.environ.get("JTD_COMMIT"):
-        return os.environ["JTD_COMMIT"]
-    try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=REPO).stdout.strip()
-    except OSError:
-        return "unknown"
-
-
 def report(c: Check, devices: list[str], started: float) -> str:
     import torch
 
-    head = [f"# gpu_check: {time.strftime('%Y-%m-%d %H:%M:%S %Z')}, commit {commit()}",
+    head = [f"# gpu_check: {time.strftime('%Y-%m-%d %H:%M:%S %Z')}, commit {common.commit()}",
             f"# device: {'; '.join(devices) or 'none (dry run on the CPU)'}",
             f"# python {sys.version.split()[0]}, torch {torch.__version__}, total {time.monotonic() - started:.0f} s"]
     rows = [[r["step"], r["verdict"], r.get("seconds", "-"), r["detail"][:300]] for r in c.rows if "detail" in r]
@@ -233,7 +224,7 @@ def main() -> int:
     text = report(c, devices, started)
     print(text)
     if not args.dry_run:
-        common.save("gpu_check", {"rows": c.rows, "devices": devices, "commit": commit()})
+        common.save("gpu_check", {"rows": c.rows, "devices": devices, "commit": common.commit()})
         with open(os.path.join(common.RESULTS, "gpu_check.txt"), "w") as f:
             f.write(text)
     if args.out:

@@ -6,7 +6,8 @@ Build (from the repository root), as .ci/run does:
 
 Pages are Markdown (MyST); the example notebooks are rendered by MyST-NB without executing them: each page shows
 the executed copy the test suite leaves in build/executed/<name> (tests/support/notebooks.py), or else the committed
-notebook from examples/. They are copied into docs/_examples/ (git-ignored) before the build.
+executed copy in examples/executed/ (the gallery, refreshed by .ci/gallery). They are copied into docs/_examples/
+(git-ignored) before the build.
 """
 from __future__ import annotations
 
@@ -79,16 +80,17 @@ nitpick_ignore_regex = [
 ]
 
 EXAMPLES = ROOT / "examples"
-EXECUTED = ROOT / "build" / "executed"
+GALLERY = EXAMPLES / "executed"         # committed, with their outputs (.ci/gallery)
+EXECUTED = ROOT / "build" / "executed"  # what this checkout's test run left
 STAGED = DOCS / "_examples"
 DRAWN = {"text/html", "text/plain", "image/png", "image/jpeg", "image/svg+xml", "text/markdown"}
 
 
 def _staged_notebook(name: str) -> dict:
-    """The notebook a page shows: the executed copy when the tests left one, else the committed notebook. Our custom
+    """The notebook a page shows: the executed copy the tests left, else the gallery's, else the bare one. Our custom
     MIME types give way to their HTML and text fallbacks; an output with nothing a static page can draw (a widget
     view without a fallback) gets a line saying what was there; the widgets' state is dropped (never drawn)."""
-    source = EXECUTED / name if (EXECUTED / name).is_file() else EXAMPLES / name
+    source = next(p for p in (EXECUTED / name, GALLERY / name, EXAMPLES / name) if p.is_file())
     nb = json.loads(source.read_text())
     metadata = nb.setdefault("metadata", {})
     metadata.setdefault("language_info", {"name": "python", "pygments_lexer": "ipython3"})

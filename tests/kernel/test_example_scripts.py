@@ -3,20 +3,14 @@ from __future__ import annotations
 
 import pytest
 
-from ..support import EXAMPLES
+from ..support.notebooks import execute_example
 
 MIME = "application/vnd.jupyter-torchdist.run+json"
 
 
 @pytest.fixture(scope="module")
 def executed():
-    nbformat = pytest.importorskip("nbformat")  # slow to import: once per module
-    from nbclient import NotebookClient
-
-    nb = nbformat.read(EXAMPLES / "02_scripts_and_torchdistributor.ipynb", as_version=4)
-    NotebookClient(nb, timeout=300, kernel_name="python3",
-                   resources={"metadata": {"path": str(EXAMPLES)}}).execute()
-    return nb
+    return execute_example("02_scripts_and_torchdistributor.ipynb")
 
 
 def _outputs(nb, index):

@@ -95,3 +95,22 @@ def test_the_readme_cluster_recipe_is_the_docs_one():
     clusters = (ROOT / "docs" / "user-guide" / "clusters.md").read_text()
     assert _python_block_after(README.read_text(), "### On a real cluster") == \
         _python_block_after(clusters, "## On a real cluster")
+
+
+def test_the_gallery_holds_every_example_executed_with_its_cells_as_they_are():
+    """examples/executed/ (written by .ci/gallery): each example, run, with its outputs (what they must show is each
+    example's own test's); its code cells the example's own, so a changed example without a refreshed gallery fails
+    here."""
+    import json
+
+    examples = ROOT / "examples"
+    for path in sorted(examples.glob("*.ipynb")):
+        if path.name.endswith(".out.ipynb"):
+            continue
+        executed = examples / "executed" / path.name
+        assert executed.is_file(), f"{executed.relative_to(ROOT)} is missing: run .ci/gallery"
+        mine, ran = json.loads(path.read_text()), json.loads(executed.read_text())
+        sources = [[("".join(c["source"]) if isinstance(c["source"], list) else c["source"]) for c in nb["cells"]
+                    if c["cell_type"] == "code"] for nb in (mine, ran)]
+        assert sources[0] == sources[1], f"{executed.relative_to(ROOT)} is stale: run .ci/gallery"
+        assert any(c.get("outputs") for c in ran["cells"]), f"{executed.name} has no outputs"
