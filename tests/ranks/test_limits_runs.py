@@ -24,6 +24,8 @@ def test_the_embedded_sessions_ranks_past_the_limit_are_refused(spark, monkeypat
 
 
 def test_background_runs_past_the_limit_are_refused_and_a_sweep_counts_once(monkeypatch):
+    left = [r for r in jt.runs() if r.background and not r.done()]
+    assert not left, f"runs an earlier test left going count against the limit: {left}"
     monkeypatch.setenv("JUPYTER_TORCHDIST_MAX_BACKGROUND_RUNS", "2")
     first = jt.run(nap, 3.0, n=1, local=True, background=True)
     sweep = jt.sweep(nap, {"seconds": [0.5, 0.5, 0.5]}, n=1, local=True)
