@@ -14,8 +14,9 @@ from typing import Any
 
 from .data import DataError
 from .data.batches import batches
-from .core.errors import (CaptureError, DistributeError, LaunchError, OptionsError, RunError, RunFailed, RunInterrupted,
-                     RunTimeout)
+from .core.errors import (CaptureError, DistributeError, LaunchError, MemberPruned, OptionsError, RunError, RunFailed,
+                          RunInterrupted, RunTimeout)
+from .core.space import choice, intrange, loguniform, uniform
 from .kernel.api import run, run_detailed, spark_session, sweep
 from .kernel.handles import Run, runs
 from .kernel.sweep import Sweep
@@ -33,11 +34,11 @@ __version__ = "0.1.0"
 __all__ = [
     "run", "run_detailed", "last_run", "RunResult", "TorchDistributor", "DeepspeedTorchDistributor", "Ranks",
     "KeptInfo", "kept", "spark_session",
-    "Run", "runs", "sweep", "Sweep",
+    "Run", "runs", "sweep", "Sweep", "loguniform", "uniform", "intrange", "choice",
     "report", "rank", "local_rank", "world_size", "local_world_size", "is_main", "device", "barrier",
     "main_first", "on_main", "batches", "DataError", "commit", "restore",
     "DistributeError", "OptionsError", "LaunchError", "CaptureError", "RunError", "RunFailed", "RunTimeout",
-    "RunInterrupted", "load_ipython_extension", "unload_ipython_extension",
+    "RunInterrupted", "MemberPruned", "load_ipython_extension", "unload_ipython_extension",
 ]
 
 

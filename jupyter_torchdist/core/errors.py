@@ -7,7 +7,9 @@
  └─ ``RunError``       the run started and did not succeed; ``.result`` has its state and logs
      ├─ ``RunFailed``      at least one rank failed (the root cause first)
      ├─ ``RunTimeout``     ``--timeout`` passed
-     └─ ``RunInterrupted`` the user stopped it
+     ├─ ``RunInterrupted`` the user stopped it
+     │   └─ ``MemberPruned``   a sweep's early-stopping rule stopped this member
+     └─ ``MemberFailed``   a sweep ended this member for a reason of its own
 
 ``LaunchError`` and ``RunError`` are also ``RuntimeError``s: pyspark's TorchDistributor raises RuntimeError for the
 same refusals and failures, so ``except RuntimeError`` written for it catches ours. ``OptionsError`` is a
@@ -25,7 +27,7 @@ from ._groups import group_texts
 
 __all__ = [
     "RankFailure", "DistributeError", "OptionsError", "LaunchError", "CaptureError", "RunError",
-    "RunFailed", "RunTimeout", "RunInterrupted", "is_secondary", "root_cause",
+    "RunFailed", "RunTimeout", "RunInterrupted", "MemberPruned", "MemberFailed", "is_secondary", "root_cause",
 ]
 
 # Errors a rank raises because a *peer* died: never the root cause when a real one exists.
@@ -169,3 +171,12 @@ class RunTimeout(RunError):
 
 class RunInterrupted(RunError):
     """The user interrupted the kernel; every rank was stopped."""
+
+
+class MemberPruned(RunInterrupted):
+    """A sweep's early-stopping rule stopped this member (its every rank): its metric was worse than its peers'
+    at a checkpoint step. Not a failure: its curve and last values stay in the sweep's results."""
+
+
+class MemberFailed(RunError):
+    """The sweep ended this member for a reason of its own (an early-stopping rule that never got its metric)."""

@@ -9,7 +9,8 @@ import shlex
 from dataclasses import dataclass
 
 from .errors import OptionsError
-from .grid import Grid, parse_grid
+from .search_options import add_search_options, check_search
+from .space import Space, parse_space
 
 __all__ = ["RunOptions", "OptionsError", "parse_options", "parse_argv", "options_help", "option_arity", "MAGIC_PROG",
            "CLI_PROG"]
@@ -44,8 +45,17 @@ class RunOptions:
     stall_after: float = DEFAULT_STALL_AFTER_S  # no progress, a rank this long in a collective: stalled (0: never)
     pdb: bool = False        # the root-cause rank's post-mortem in the notebook before the run fails
     background: bool = False  # the cell returns a handle at once; the run goes on while other cells execute
-    sweep: Grid = ()          # run the cell once per combination of these names' values (background runs)
+    sweep: Space = ()         # run the cell once per member of this space (a grid's combinations; background runs)
     concurrent: int | None = None  # a sweep's runs at once (default: as many as the slots allow)
+    trials: int | None = None      # a random or Optuna search's members (core/search_options.py: these nine)
+    search: str | None = None      # grid | random | optuna (None: grid for a grid, random otherwise)
+    seed: int | None = None
+    metric: str = "loss"           # what judges the members (jupyter_torchdist.report(loss=...))
+    mode: str = "min"
+    early_stop: str = "none"       # asha | median | none
+    grace: int = 1                 # the first checkpoint step of the early-stopping rule
+    metric_reduce: str | None = None  # mean | min | max over the ranks (None: rank 0's)
+    study: str | None = None       # a SQLite file the search is kept in (resumable)
     # Set by the distributor classes, not by options: packages every rank's Python must have at the kernel's
     # versions (DeepSpeed's), and the session setting that lets a run go where Spark encrypts (pyspark's name for
     # that class; None: TorchDistributor's pytorch.spark.distributor.ignoreSsl).
@@ -134,6 +144,7 @@ def _check_background(options: RunOptions) -> None:
     if options.sweep and options.script:
         raise OptionsError("--sweep sets names a cell reads; a script reads its arguments: run %distribute "
                            "--background once per argument list instead")
+    check_search(options)
 
 
 def _whole(value: object) -> bool:
@@ -147,7 +158,8 @@ def _finite_positive(value: object) -> bool:
 MAGIC_PROG = "%%distribute"
 CLI_PROG = "python -m jupyter_torchdist"
 _CELL_ONLY = {"output": "-o/--output", "all_ranks": "--all-ranks", "keep": "--keep"}  # about a cell's value or state
-_NOTEBOOK_ONLY = {"background": "--background", "sweep": "--sweep", "concurrent": "--concurrent"}  # a handle's
+_NOTEBOOK_ONLY = {"background": "--background", "sweep": "--sweep", "concurrent": "--concurrent",  # a handle's
+                  "trials": "--trials", "search": "--search", "seed": "--seed", "study": "--study"}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -252,9 +264,9 @@ def _add_fault_options(p: _Parser) -> None:
                         "other ranks are held meanwhile")
 
 
-def _sweep_grid(text: str) -> Grid:
+def _sweep_space(text: str) -> Space:
     try:
-        return parse_grid(text)
+        return parse_space(text)
     except OptionsError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
@@ -264,12 +276,15 @@ def _add_background_options(p: _Parser) -> None:
     p.add_argument("--background", action="store_true",
                    help="(notebook) return a handle to the run at once (jupyter_torchdist.Run: state, wait(), "
                         "result(), stop()); the live view keeps updating while other cells run")
-    p.add_argument("--sweep", type=_sweep_grid, default=(), metavar='"NAME=[V1, V2]; ..."',
-                   help="(notebook) run the cell once per combination of these values, each name set as a global, "
-                        "as background runs; the value is a sweep handle (wait(), results(), best(), stop())")
+    p.add_argument("--sweep", type=_sweep_space, default=(), metavar='"NAME=[V1, V2]; NAME=loguniform(A, B); ..."',
+                   help="(notebook) run the cell once per member of this space, each name set as a global, as "
+                        "background runs: lists make a grid (every combination); loguniform(A, B), uniform(A, B), "
+                        "int(A, B) and choice(X, Y) are drawn --trials times. The value is a sweep handle (wait(), "
+                        "results(), best(), stop())")
     p.add_argument("--concurrent", type=_whole_number, metavar="K",
                    help="(with --sweep) at most K of the sweep's runs at once (default: as many as the task slots "
                         "allow; with --local, the cores / ranks)")
+    add_search_options(p, _whole_number)
 
 
 _PARSERS = {prog: _build_parser(prog) for prog in (MAGIC_PROG, CLI_PROG)}
@@ -299,7 +314,7 @@ def parse_argv(argv: list[str], prog: str = MAGIC_PROG) -> RunOptions:
         if given:
             raise OptionsError(f"{', '.join(given)} only mean something for a notebook cell's value; "
                                "a script's ranks return nothing here. Drop them.")
-        background = [flag for key, flag in _NOTEBOOK_ONLY.items() if values.get(key)]
+        background = [flag for key, flag in _NOTEBOOK_ONLY.items() if values.get(key) not in (None, False, ())]
         if background:
             raise OptionsError(f"{', '.join(background)} give a notebook a handle to the run; the command line "
                                "waits for its run. Drop them (or run the script from a notebook: %distribute "

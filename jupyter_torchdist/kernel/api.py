@@ -1,15 +1,16 @@
 """The plain Python API under the magic, for code outside notebooks."""
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..core.grid import check_grid
+from ..core.space import check_space
 from ..core.options import RunOptions
 from ..views import NullView, RunView
 from .result import RunResult
 from .launch import Work, launch, launch_background
-from .sweep import Sweep, sweep_function
+from .sweep import Sweep
+from .sweep_start import sweep_function
 
 __all__ = ["run", "run_detailed", "sweep", "spark_session"]
 
@@ -47,16 +48,27 @@ def run(fn: Callable[..., Any], *args: Any, n: int = 2, gpu: bool = False, local
                         **kwargs).value
 
 
-def sweep(fn: Callable[..., Any], grid: Mapping[str, Iterable[Any]], *args: Any, n: int = 2, gpu: bool = False,
+def sweep(fn: Callable[..., Any], space: Mapping[str, Any], *args: Any, n: int = 2, gpu: bool = False,
           local: bool = False, timeout: float | None = None, all_ranks: bool = False, concurrent: int | None = None,
-          max_restarts: int = 0, checkpoint_dir: str | None = None, **kwargs: Any) -> Sweep:
-    """Call ``fn(*args, **kwargs, **combination)`` on ``n`` ranks once per combination of ``grid`` (a dict of names
-    to lists of values), as background runs, ``concurrent`` at once (default: as many as the task slots hold).
-    Returns the sweep's handle at once: ``wait()``, ``results()``, ``best(metric)``, ``stop()``, ``runs``."""
-    checked = check_grid(grid)
+          max_restarts: int = 0, checkpoint_dir: str | None = None, trials: int | None = None,
+          search: str | None = None, seed: int | None = None, metric: str = "loss", mode: str = "min",
+          early_stop: str = "none", grace: int = 1, metric_reduce: str | None = None, study: str | None = None,
+          **kwargs: Any) -> Sweep:
+    """Call ``fn(*args, **kwargs, **params)`` on ``n`` ranks once per member of ``space``, as background runs,
+    ``concurrent`` at once (default: as many as the task slots hold). Returns the sweep's handle at once:
+    ``wait()``, ``results()``, ``best()``, ``stop()``, ``runs``.
+
+    ``space`` maps names to lists (a grid: every combination) or distributions (``loguniform``, ``uniform``,
+    ``intrange``, ``choice``: ``trials`` members drawn by ``search``, "random" or "optuna"). ``metric``/``mode`` name
+    what the ranks report with ``report(...)`` that judges the members; ``early_stop`` ("asha", "median") stops the
+    worse ones from step ``grace`` on; ``study`` (a SQLite file) makes the search resumable. These keywords are the
+    sweep's own: to hand ``fn`` an argument of one of these names, bind it first (``functools.partial``).
+    """
     options = RunOptions(n=n, gpu=gpu, local=local, timeout=timeout, all_ranks=all_ranks, concurrent=concurrent,
-                         max_restarts=max_restarts, checkpoint_dir=checkpoint_dir, sweep=checked, background=True)
-    return sweep_function(fn, checked, options, args, kwargs, NullView())
+                         max_restarts=max_restarts, checkpoint_dir=checkpoint_dir, sweep=check_space(space),
+                         background=True, trials=trials, search=search, seed=seed, metric=metric, mode=mode,
+                         early_stop=early_stop, grace=grace, metric_reduce=metric_reduce, study=study)
+    return sweep_function(fn, options, args, kwargs, NullView())
 
 
 def spark_session() -> Any:

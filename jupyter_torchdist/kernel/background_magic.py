@@ -9,7 +9,8 @@ from ..core.options import RunOptions
 from ..views import NullView, make_view
 from .launch import Work, launch_background
 from .handles import Run, find, last_background
-from .sweep import Sweep, sweep_cell
+from .sweep import Sweep
+from .sweep_start import sweep_cell
 
 __all__ = ["run_background", "run_sweep", "wait_for"]
 

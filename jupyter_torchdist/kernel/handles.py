@@ -1,9 +1,10 @@
 """The runs this kernel has started, each as a handle the notebook holds (``jupyter_torchdist.Run``).
 
 A foreground ``%%distribute`` cell, a ``--background`` one, ``run(..., background=True)`` and each run of a sweep get
-a ``Run``: its number, title and state (queued, running, done, failed, stopped), and once it has ended its value or
-its error and its ``RunResult``. The handle is filled in by whoever drives the run (``background.py``, ``launch.py``);
-the notebook waits on it, asks for its value or stops it, from any thread. ``runs()`` lists them, oldest first.
+a ``Run``: its number, title and state (queued, running, done, failed, stopped; a sweep's member may be pruned), and
+once it has ended its value or its error and its ``RunResult``. The handle is filled in by whoever drives the run
+(``background.py``, ``launch.py``); the notebook waits on it, asks for its value or stops it, from any thread.
+``runs()`` lists them, oldest first.
 Nothing outlives the kernel: at exit every run still going is stopped (``stop_all``).
 """
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any, Final
 
 from ..core import contract as C
 from ..core.contract import Inbound
-from ..core.errors import RunInterrupted
+from ..core.errors import MemberFailed, MemberPruned, RunInterrupted
 from ..core.grid import describe
 from ..views.table import text_table
 from ..core.options import RunOptions
@@ -27,7 +28,7 @@ from .turns import turns
 
 __all__ = ["Run", "RunList", "runs", "new_run", "find", "last_background", "last_result", "stop_all", "ENDED"]
 
-ENDED: Final = ("done", "failed", "stopped")
+ENDED: Final = ("done", "failed", "stopped", "pruned")
 KEEP_ENDED: Final = 200   # ended runs whose results (logs included) the kernel keeps; older ones drop their result
 
 
@@ -53,11 +54,12 @@ class Run:
         self._value: Any = None
         self._error: BaseException | None = None
         self._details: RunResult | None = None
+        self._ending: tuple[str, str] | None = None   # a sweep's own end for it: ("pruned" | "failed", why)
 
     # -- what the notebook asks ----------------------------------------------------------------------
     @property
     def state(self) -> str:
-        """queued, running, done, failed or stopped."""
+        """queued, running, done, failed, stopped, or (a sweep's member its rule stopped early) pruned."""
         return self._state
 
     @property
@@ -99,6 +101,14 @@ class Run:
         turns.wake()
         return True
 
+    def end_early(self, state: str, why: str) -> bool:
+        """A sweep ends this member: every rank is stopped as by ``stop()``, and the run ends ``state`` ("pruned":
+        its rule stopped it; "failed": e.g. the metric its rule needs never came) with ``why`` as its error."""
+        with self._lock:
+            if self._ending is None and not self._ended.is_set():
+                self._ending = (state, why)
+        return self.stop(f"the sweep ({why})")
+
     def ask(self, msg: C.InboundMessage) -> bool:
         """Hand the running run a message of the kernel's own side (WHERE_WANTED); False when it is not running."""
         inbox = self._inbox
@@ -126,8 +136,14 @@ class Run:
 
     def finish(self, value: Any, details: RunResult | None, error: BaseException | None) -> None:
         with self._lock:
+            if self._ending is not None and error is not None and _stopped(error):
+                state, why = self._ending
+                kind = MemberPruned if state == "pruned" else MemberFailed
+                error = kind(f"{state}: {why}", getattr(error, "failures", None), getattr(error, "world_size", 0),
+                             result=getattr(error, "result", None))
             self._value, self._details, self._error = value, details, error
-            self._state = "done" if error is None else "stopped" if _stopped(error) else "failed"
+            self._state = "done" if error is None else "pruned" if isinstance(error, MemberPruned) else \
+                "stopped" if _stopped(error) else "failed"
             self.ended_at, self._inbox = time.time(), None
         if details is not None:
             _registry.last_ended = details

@@ -1,45 +1,48 @@
-"""Sweeps: a cell (or a function) run once per combination of a grid, as background runs, with one comparison view.
+"""Sweeps: a cell (or a function) run once per member of a search, as background runs, with one comparison view.
 
-``%%distribute -n 2 --sweep "lr=[0.1, 0.01]; batch=[32, 64]"`` and ``jupyter_torchdist.sweep(fn, grid)`` come here.
-Every combination is a ``Run`` from the start (queued); the sweep's own thread starts them in the grid's order, at
-most ``--concurrent`` at once (default: as many as the backend's task slots hold; with local processes, the cores
-divided by the ranks), each waiting its turn for slots as any run does, and redraws the comparison view. A run
-that fails is named in the view and the table; the others go on.
+``%%distribute -n 2 --sweep "lr=loguniform(1e-4, 1e-1)" --trials 16 --early-stop asha`` and
+``jupyter_torchdist.sweep(fn, space, trials=16, early_stop="asha")`` come here. The members come from the search
+(``search.py``: a grid's combinations, draws from the space, or Optuna's sampler); the sweep's own thread starts
+them, at most ``--concurrent`` at once (default: as many as the backend's task slots hold; with local processes, the
+cores divided by the ranks), each waiting its turn for slots as any run does. Every frame of a member's run goes
+through the judge (``sweep_judge.py``): a member its early-stopping rule stops has its ranks stopped, ends
+"pruned", and its slots go to the next member. A member that fails is named in the view and the table; the others
+go on. With ``--study`` every member is kept in a SQLite file (``study_store.py``) and the same cell run again
+goes on where the search stopped.
 """
 from __future__ import annotations
 
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from ..core.errors import RunInterrupted
-from ..core.grid import Grid, combinations
-from ..launchers import backend_for
-from ..launchers.limits import check_background
 from ..core.options import RunOptions
-from ..rank.params import WithGlobals
+from ..launchers import backend_for
+from .handles import ENDED, Run
 from .scheduling import ScheduledRun, start_on_thread
-from .launch import Work, prepare_background
-from .handles import ENDED, Run, background_going
-from .sweep_state import metric_of, results_rows, sweep_snapshot
+from .search import Ask, Search
+from .study_store import Member, StudyStore
+from .sweep_judge import Judge
+from .sweep_state import SweepFacts, best_member, results_rows, sweep_snapshot
 
-__all__ = ["Sweep", "start_sweep", "sweep_cell", "sweep_function"]
+__all__ = ["Sweep", "MakeRun"]
 
 FRAME_S: Final = 0.25   # the comparison view is redrawn at most this often
+MakeRun = Callable[[dict[str, Any]], ScheduledRun]   # a member's parameters -> its queued run
 
 
 class _Members:
-    """The views of a sweep's runs: each keeps its run's latest snapshot for the comparison view."""
+    """The views of a sweep's runs: each keeps its run's latest snapshot and hands it to the sweep."""
 
     log_tail = 0  # the comparison view shows no logs (each run's details keep them)
     focus: frozenset[int] = frozenset()
 
-    def __init__(self, changed: Callable[[], None]) -> None:
+    def __init__(self, on_frame: Callable[[int, dict[str, Any]], None]) -> None:
         self.latest: dict[int, dict[str, Any]] = {}
-        self._changed = changed
+        self._on_frame = on_frame
 
     def start(self, snapshot: dict[str, Any]) -> None:
         self.update(snapshot)
@@ -48,46 +51,56 @@ class _Members:
         run_id = snapshot.get("run_id")
         if isinstance(run_id, int):
             self.latest[run_id] = snapshot
-            self._changed()
+            self._on_frame(run_id, snapshot)
 
     def finish(self, snapshot: dict[str, Any]) -> None:
         self.update(snapshot)
 
 
 class Sweep:
-    """A sweep's handle: ``runs``, ``wait()``, ``results()``, ``best()``, ``stop()``."""
+    """A sweep's handle: ``runs``, ``wait()``, ``results()``, ``best()``, ``stop()``; ``study`` for Optuna's."""
 
-    def __init__(self, title: str, grid: Grid, options: RunOptions, view: Any) -> None:
-        self.title, self.grid, self.options = title, grid, options
-        self.names = [name for name, _ in grid]
+    def __init__(self, title: str, options: RunOptions, view: Any, search: Search,
+                 store: StudyStore | None = None) -> None:
+        self.title, self.options, self.space = title, options, options.sweep
+        self.grid = options.sweep   # the name earlier releases gave it
+        self.names = [name for name, _ in options.sweep]
+        self.search, self.store = search, store
+        self.study: Any = getattr(search, "study", None)   # Optuna's study (--search optuna), else None
         self.runs: list[Run] = []
+        self.past: list[Member] = []          # members an earlier kernel ended (a resumed --study)
+        self.member: dict[int, Member] = {}   # by run id
         self.started_at = time.time()
         self.concurrent: int | None = options.concurrent
         self.most: int | None = None  # the server's limit on runs at once (launchers/limits.py), if any
-        self._view = view
+        self.judge = Judge(options.metric, options.mode, options.early_stop, options.grace, options.metric_reduce)
+        self._view, self._make = view, None
         self._cv = threading.Condition()
-        self._pending: list[ScheduledRun] = []
+        self._pending: list[tuple[Member, ScheduledRun | None]] = []
+        self._numbers = 0
         self._active = 0
         self._stopping: str | None = None
         self._dirty = True
         self._ended = threading.Event()
-        self.members = _Members(self._changed)
+        self.error: BaseException | None = None   # what stopped the sweep drawing members, if anything did
+        self.members = _Members(self._on_frame)
 
     # -- what the notebook asks --------------------------------------------------------------------------
     def done(self) -> bool:
         return self._ended.is_set()
 
     def wait(self, timeout: float | None = None) -> bool:
-        """Wait until every run has ended (at most ``timeout`` seconds); True when they have."""
+        """Wait until every member has ended (at most ``timeout`` seconds); True when they have."""
         return self._ended.wait(timeout)
 
     def rows(self) -> list[dict[str, Any]]:
-        """A dict per run: its parameters, state, value (a scalar, or ``value.KEY`` for a small dict), the last
-        metrics rank 0 reported, its seconds, its number (``run``) and, for a failed run, why."""
-        return results_rows(self.runs, self.members.latest)
+        """A dict per member: its parameters, state, steps reached, the metric's best and last values, its value (a
+        scalar, or ``value.KEY`` for a small dict), the last metrics rank 0 reported, its seconds, its run number
+        (``run``; None for an earlier kernel's member), and for a failed, stopped or pruned member why."""
+        return results_rows(self.runs, self.members.latest, self.member, self.past, self.options.metric)
 
     def results(self) -> Any:
-        """``rows()`` as a pandas DataFrame, a row per combination in the grid's order."""
+        """``rows()`` as a pandas DataFrame, a row per member (an earlier kernel's first), in the order drawn."""
         try:
             import pandas as pd
         except ImportError:
@@ -95,54 +108,90 @@ class Sweep:
                               "sweep.rows() (a list of dicts)") from None
         return pd.DataFrame(self.rows())
 
-    def best(self, metric: str, mode: str = "min") -> Run:
-        """The finished run with the lowest (``mode="min"``) or highest (``"max"``) ``metric``: its value's own
-        (a dict's key, or ``"value"`` for a scalar value), else the last value of that metric rank 0 reported."""
+    def best(self, metric: str | None = None, mode: str | None = None) -> Any:
+        """The finished member with the best ``metric`` (default: the sweep's ``--metric``/``--mode``): its value's
+        own (a dict's key, or ``"value"`` for a scalar value), else the last value of that metric rank 0 reported.
+        A ``Run``, or for a member an earlier kernel ran (a resumed study) its kept ``Member``."""
+        metric, mode = metric or self.options.metric, mode or self.options.mode
         if mode not in ("min", "max"):
             raise ValueError(f"mode must be 'min' or 'max', got {mode!r}")
-        scored = [(figure, run) for run, row in zip(self.runs, self.rows())
-                  if run.state == "done" and (figure := metric_of(row, metric)) is not None]
-        if not scored:
-            known = sorted({k for row in self.rows() for k in row} - {"state", "seconds", "run", "error", *self.names})
-            raise ValueError(f"no finished run has {metric!r} (finished: {sum(r.state == 'done' for r in self.runs)} "
-                             f"of {len(self.runs)}); figures the runs have: {', '.join(known) or 'none yet'}")
-        pick = min if mode == "min" else max
-        return pick(scored, key=lambda item: item[0])[1]
+        return best_member(self.rows(), self.runs, self.past, metric, mode, self.names)
 
     def stop(self) -> int:
-        """Stop every run not yet ended (queued ones never start). Returns how many were stopped."""
+        """Stop every member not yet ended (queued ones never start, none is drawn any more). Returns how many
+        were stopped."""
         with self._cv:
             self._stopping = self._stopping or "sweep.stop()"
             self._cv.notify_all()
         return sum(run.stop("sweep.stop()") for run in self.runs)
 
     def snapshot(self) -> dict[str, Any]:
+        facts = SweepFacts(self.options.metric, self.options.mode, self.search.kind, self.options.early_stop,
+                           self.search.planned, self.options.sweep)
         return dict(sweep_snapshot(self.title, self.names, self.runs, self.members.latest, time.time(),
-                                   self.started_at, self.concurrent))
+                                   self.started_at, self.concurrent, facts, self.member, self.past))
 
     def __repr__(self) -> str:
-        counts = {s: sum(r.state == s for r in self.runs) for s in ("queued", "running", *ENDED)}
-        said = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
-        return f"<Sweep of {len(self.runs)} runs over {', '.join(self.names)}: {said}>"
+        states = [r.state for r in self.runs] + [m.state for m in self.past]
+        said = ", ".join(f"{n} {s}" for s in ("queued", "running", *ENDED) if (n := states.count(s)))
+        return f"<Sweep of {self.search.planned} members over {', '.join(self.names)}: {said or 'none yet'}>"
+
+    # -- the members' frames -----------------------------------------------------------------------------
+    def _on_frame(self, run_id: int, snapshot: Mapping[str, Any]) -> None:
+        self._dirty = True
+        member = self.member.get(run_id)
+        if member is None:
+            return
+        verdict = self.judge.observe(member, snapshot)
+        if verdict is not None:
+            run = next((r for r in self.runs if r.id == run_id), None)
+            if run is not None:
+                run.end_early(*verdict)
 
     # -- the sweep's thread ----------------------------------------------------------------------------------
-    def _changed(self) -> None:
-        self._dirty = True
-
-    def _start(self, pending: Sequence[ScheduledRun]) -> None:
-        self._pending = list(pending)
-        self.runs = [d.run for d in pending]
-        for run in self.runs:
-            run.sweep = self
+    def begin(self, make: MakeRun, past: list[Member], again: list[Member]) -> None:
+        """Queue the members (the search's, if it knows them ahead; an earlier kernel's unfinished ones first),
+        draw the first frame, and start the sweep's thread."""
+        self._make = make
+        self.past = past
+        for member in past:
+            self.judge.replay(member)
+        self._numbers = max([m.number for m in past + again], default=0)
+        for member in again:
+            self._queue(member)
+        while self.search.eager and (ask := self.search.ask()) is not None:
+            self._queue(self._new_member(ask))
         self._view.start(self.snapshot())
         threading.Thread(target=self._loop, name="jupyter-torchdist-sweep", daemon=True).start()
+
+    def _new_member(self, ask: Ask) -> Member:
+        self._numbers += 1
+        return Member(self._numbers, dict(ask.params), token=ask.token)
+
+    def _queue(self, member: Member) -> None:
+        d = self._make(member.params) if self.search.eager else None
+        if d is not None:
+            self._adopt(member, d)
+        self._pending.append((member, d))
+
+    def _adopt(self, member: Member, d: ScheduledRun) -> None:
+        d.run.sweep = self
+        self.member[d.run.id] = member
+        self.runs.append(d.run)
+        self._save(member)
 
     def _loop(self) -> None:
         try:
             self.concurrent = self.concurrent or min(_default_concurrency(self.options), self.most or 1 << 30)
             last = 0.0
-            while not all(run.done() for run in self.runs):
-                self._launch_what_fits()
+            while not self._finished():
+                try:
+                    self._launch_what_fits()
+                except Exception as exc:  # a member that cannot be made (its cell does not pack): none more start
+                    self.error = exc
+                    with self._cv:
+                        self._stopping = self._stopping or f"an error of the sweep's ({exc})"
+                        self._pending.clear()
                 if self._dirty and time.time() - last >= FRAME_S:
                     self._dirty, last = False, time.time()
                     self._view.update(self.snapshot())
@@ -151,24 +200,84 @@ class Sweep:
         finally:
             self._ended.set()
             self._view.finish(self.snapshot())
+            if self.store is not None:
+                self.store.close()
+
+    def _finished(self) -> bool:
+        with self._cv:
+            more = bool(self._pending) or (not self.search.eager and not self._stopping and self._can_ask())
+            return not more and self._active == 0 and all(run.done() for run in self.runs)
+
+    def _can_ask(self) -> bool:
+        return self._numbers < self.search.planned
 
     def _launch_what_fits(self) -> None:
         with self._cv:
-            while self._pending and (self._stopping or self._active < (self.concurrent or 1)):
-                d = self._pending.pop(0)
+            while self._stopping or self._active < (self.concurrent or 1):
+                nxt = self._next()
+                if nxt is None:
+                    break
+                member, d = nxt
                 if self._stopping or d.run.stop_asked:
                     d.run.finish(None, None, RunInterrupted(f"stopped by {self._stopping or d.run.stop_asked} "
                                                             "while queued: no rank had started"))
+                    self._ended_member(d.run)
                     continue
                 self._active += 1
+                member.state = "running"
+                self._save(member)
                 start_on_thread(d, on_end=self._one_ended)
         self._dirty = True
 
+    def _next(self) -> tuple[Member, ScheduledRun] | None:
+        """The next member to start: a queued one, else (Optuna's) one asked for now."""
+        while self._pending:
+            member, d = self._pending.pop(0)
+            if d is None and self._stopping:   # an earlier kernel's member not run again: it stays to do
+                continue
+            if d is None:   # an earlier kernel's member, run again under a search that asks as it goes
+                member.token = self.search.again(member.params).token
+                d = self._make(member.params)
+                self._adopt(member, d)
+            return member, d
+        if self.search.eager or self._stopping or not self._can_ask():
+            return None
+        ask = self.search.ask()
+        if ask is None:
+            return None
+        member = self._new_member(ask)
+        d = self._make(member.params)
+        self._adopt(member, d)
+        return member, d
+
     def _one_ended(self, run: Run) -> None:
+        self._ended_member(run)
         with self._cv:
             self._active -= 1
             self._dirty = True
             self._cv.notify_all()
+
+    def _ended_member(self, run: Run) -> None:
+        """A member's end: kept, and told to the search (its final metric; Optuna learns from it)."""
+        member = self.member.get(run.id)
+        if member is None:
+            return
+        row = results_rows([run], self.members.latest, self.member, [], self.options.metric)[0]
+        member.state, member.seconds, member.ended_at = run.state, run.seconds(), run.ended_at
+        final = row.get(f"{self.options.metric}_final")
+        member.final = final if isinstance(final, float) else None
+        try:
+            self.search.tell(member.token, run.state, member.final)
+        except Exception:
+            pass  # the search's bookkeeping never ends the sweep; the member's row has its end
+        self._save(member)
+
+    def _save(self, member: Member) -> None:
+        if self.store is not None:
+            try:
+                self.store.save(member)
+            except Exception:
+                pass  # a full disk loses the record, never the run
 
 
 def _default_concurrency(options: RunOptions) -> int:
@@ -179,31 +288,3 @@ def _default_concurrency(options: RunOptions) -> int:
         slots = None
     return max(1, (slots if slots else os.cpu_count() or 1) // options.n)
 
-
-def start_sweep(works: Sequence[tuple[Work, dict[str, Any]]], options: RunOptions, grid: Grid, view: Any,
-                title: str) -> Sweep:
-    """Every combination's run, queued (the first frame of the comparison view drawn here), then started by the
-    sweep's thread."""
-    most = check_background(background_going(), options.concurrent)
-    member_options = replace(options, background=True, sweep=(), concurrent=None, output=None)
-    sweep = Sweep(title, grid, options, view)
-    sweep.most = most
-    pending = [prepare_background(work, member_options, sweep.members, params) for work, params in works]
-    sweep._start(pending)
-    return sweep
-
-
-def sweep_cell(fn: Callable[..., Any], options: RunOptions, view: Any, *, title: str, filename: str,
-               source: str) -> Sweep:
-    """A cell's sweep: each combination's names set as the cell's globals on the ranks."""
-    works = [(Work(WithGlobals(fn, params), title=title, filename=filename, source=source), params)
-             for params in combinations(options.sweep)]
-    return start_sweep(works, options, options.sweep, view, title)
-
-
-def sweep_function(fn: Callable[..., Any], grid: Grid, options: RunOptions, args: tuple[Any, ...],
-                   kwargs: Mapping[str, Any], view: Any) -> Sweep:
-    """A function's sweep: each combination given as keyword arguments."""
-    title = f"sweep({getattr(fn, '__name__', 'fn')}) -n {options.n}"
-    works = [(Work(fn, args, {**kwargs, **params}, title=title), params) for params in combinations(grid)]
-    return start_sweep(works, options, grid, view, title)

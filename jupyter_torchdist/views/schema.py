@@ -168,7 +168,8 @@ class SweepRunSnapshot(TypedDict):
     id: int
     params: dict[str, Any]  # the combination (JSON values; anything else by its repr)
     label: str              # "lr=0.1, batch=32"
-    state: str              # queued, running, done, failed, stopped
+    state: str              # queued, running, done, failed, stopped, or pruned (stopped early by the sweep's
+                            # rule: an expected outcome, not a failure)
     step: int | None
     total: int | None
     rate: float | None
@@ -177,6 +178,13 @@ class SweepRunSnapshot(TypedDict):
     loss: list[list[float]]  # [step, loss] pairs, thinned to at most a few hundred
     value_repr: str | None
     error: str | None       # a failed or stopped run: why
+    pruned_at: int | None   # a pruned member: the step it was stopped at
+    why: str | None         # ... and the rule's reason, a sentence ("loss 0.91 is in the worst half at step 9")
+    steps: int | None       # the highest step it reported
+    metric_best: float | None  # the sweep's metric (SweepSnapshot.metric): its best value by the sweep's mode ...
+    metric_last: float | None  # ... and its latest
+    past: bool              # a member from an earlier kernel of a resumed study: no live run (``id`` is then its
+                            # member number, never negative)
 
 
 class SweepSnapshot(TypedDict):
@@ -187,5 +195,13 @@ class SweepSnapshot(TypedDict):
     status: str             # running, then succeeded, failed (some run failed) or stopped
     elapsed_s: float
     concurrent: int | None  # runs at once (None: not yet known)
-    counts: dict[str, int]  # runs by state
+    counts: dict[str, int]  # runs by state (pruned among them)
     runs: list[SweepRunSnapshot]
+    metric: str             # what the sweep judges its members by ("loss")
+    mode: str               # "min" or "max": which way is better
+    search: str             # how members are picked: "grid", "random" or "optuna"
+    early_stop: str         # the rule that prunes members: "asha", "median" or "none"
+    trials: int             # members planned in all (runs holds those picked so far)
+    best_id: int | None     # the row id of the best finished member (None: none finished yet)
+    scales: dict[str, str]  # per parameter name: "log", "linear" or "category" (how its effect is plotted)
+    best_so_far: list[list[float]]  # [k, best metric among the first k members to finish], k = 1, 2, ...

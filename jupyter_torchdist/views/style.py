@@ -22,6 +22,9 @@ STATE_ROLES: Final = {
     "running": "info", "starting": "info", "stopping": "info", "queued": "idle",
     # rank states (failed, running, starting as above)
     "done": "ok", "stopped": "warn", "pending": "idle",
+    # sweep members (queued, running, done, failed, stopped as above): "pruned" was stopped early by the sweep's
+    # rule, an expected outcome rather than a fault, so it reads muted like idle, never like failed or stopped
+    "pruned": "idle",
 }
 _STATUS_LABELS: Final = {"timeout": "timed out"}
 KIND_LABELS: Final = {
@@ -29,7 +32,7 @@ KIND_LABELS: Final = {
     "lost": "lost by the launcher", "launch": "failed to launch",
 }
 DASH: Final = "\u2014"
-_STATE_ORDER: Final = ("running", "starting", "pending", "done", "stopped", "failed")
+_STATE_ORDER: Final = ("running", "starting", "pending", "queued", "done", "pruned", "stopped", "failed")
 
 
 def colour(state: str) -> str:

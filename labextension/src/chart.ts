@@ -1,5 +1,6 @@
 /**
- * A small inline SVG line chart of the loss per rank. No chart library.
+ * Small inline SVG charts: the loss per rank, and the parts a sweep's parameter-effect charts (`effects.ts`)
+ * are drawn with (one scale, one axis, one curve). No chart library.
  */
 const SVG_NS = 'http://www.w3.org/2000/svg';
 
@@ -28,7 +29,8 @@ export function colourOf(series: ISeries[], i: number): string {
   return PALETTE[(many ? series[i].rank : i) % PALETTE.length];
 }
 
-function svg<K extends keyof SVGElementTagNameMap>(
+/** An SVG element with its attributes (values set as attributes, never parsed). */
+export function svg<K extends keyof SVGElementTagNameMap>(
   tag: K,
   attrs: Record<string, string | number>
 ): SVGElementTagNameMap[K] {
@@ -39,7 +41,8 @@ function svg<K extends keyof SVGElementTagNameMap>(
   return node;
 }
 
-function label(
+/** An axis label. */
+export function label(
   x: number,
   y: number,
   text: string,
@@ -109,52 +112,66 @@ const RIGHT = 12;
 const TOP = 10;
 const BOTTOM = 24;
 
-/** Data bounds to chart coordinates; the y range rounded to nice ticks. */
-interface IScale {
+/** Data bounds to chart coordinates in a `w` by `h` box; the y range rounded to nice ticks. */
+export interface IScale {
   x0: number;
   x1: number;
+  w: number;
+  h: number;
   ticks: ReturnType<typeof niceTicks>;
   sx: (x: number) => number;
   sy: (y: number) => number;
 }
 
-function scaleFor(series: ISeries[]): IScale {
+/** How a chart other than the loss chart is laid out: its size, its x range (else the data's), its bottom margin. */
+export interface IFrame {
+  size?: [number, number];
+  xRange?: [number, number];
+  bottom?: number;
+}
+
+export function scaleFor(series: ISeries[], frame: IFrame = {}): IScale {
   let [x0, x1, y0, y1] = [Infinity, -Infinity, Infinity, -Infinity];
   for (const s of series) {
     for (const [x, y] of s.points) {
       [x0, x1, y0, y1] = [Math.min(x0, x), Math.max(x1, x), Math.min(y0, y), Math.max(y1, y)];
     }
   }
+  [x0, x1] = frame.xRange ?? [x0, x1];
   if (x1 === x0) {
     x0 -= 0.5;
     x1 += 0.5;
   }
+  const [w, h] = frame.size ?? [W, H];
+  const bottom = frame.bottom ?? BOTTOM;
   const ticks = niceTicks(y0, y1);
-  const sx = (x: number): number => LEFT + ((x - x0) / (x1 - x0)) * (W - LEFT - RIGHT);
-  const sy = (y: number): number =>
-    TOP + (1 - (y - ticks.lo) / (ticks.hi - ticks.lo)) * (H - TOP - BOTTOM);
-  return { x0, x1, ticks, sx, sy };
+  const sx = (x: number): number => LEFT + ((x - x0) / (x1 - x0)) * (w - LEFT - RIGHT);
+  const sy = (y: number): number => TOP + (1 - (y - ticks.lo) / (ticks.hi - ticks.lo)) * (h - TOP - bottom);
+  return { x0, x1, w, h, ticks, sx, sy };
 }
 
-/** Grid lines and y labels at round values; the first and last step on the x axis. */
-function axes(root: SVGSVGElement, s: IScale): void {
+/** Grid lines and y labels at round values. */
+function yAxis(root: SVGSVGElement, s: IScale): void {
   const { ticks } = s;
   for (let v = ticks.lo; v <= ticks.hi + ticks.step / 2; v += ticks.step) {
     const y = s.sy(v);
-    root.appendChild(
-      svg('line', { x1: LEFT, x2: W - RIGHT, y1: y, y2: y, class: 'jp-TorchDist-chartGrid' })
-    );
+    root.appendChild(svg('line', { x1: LEFT, x2: s.w - RIGHT, y1: y, y2: y, class: 'jp-TorchDist-chartGrid' }));
     root.appendChild(label(LEFT - 6, y + 3.5, v.toFixed(ticks.decimals), 'end'));
-  }
-  const xFirst = Math.ceil(s.x0);
-  const xLast = Math.floor(s.x1);
-  root.appendChild(label(s.sx(xFirst), H - 6, `step ${xFirst}`, 'start'));
-  if (xLast > xFirst) {
-    root.appendChild(label(s.sx(xLast), H - 6, String(xLast), 'end'));
   }
 }
 
-function curve(series: ISeries, colour: string, faint: boolean, s: IScale): SVGElement {
+/** The first and last whole x on the x axis (`step 1` ... `200`). */
+function xEnds(root: SVGSVGElement, s: IScale, xName: string): void {
+  const xFirst = Math.ceil(s.x0);
+  const xLast = Math.floor(s.x1);
+  root.appendChild(label(s.sx(xFirst), s.h - 6, `${xName} ${xFirst}`, 'start'));
+  if (xLast > xFirst) {
+    root.appendChild(label(s.sx(xLast), s.h - 6, String(xLast), 'end'));
+  }
+}
+
+/** One curve (a dot when it has one point), its label as the tooltip. */
+export function curve(series: ISeries, colour: string, faint: boolean, s: IScale): SVGElement {
   if (series.points.length === 1) {
     const [x, y] = series.points[0];
     return svg('circle', { cx: s.sx(x), cy: s.sy(y), r: 2.5, fill: colour });
@@ -174,10 +191,13 @@ function curve(series: ISeries, colour: string, faint: boolean, s: IScale): SVGE
   return line;
 }
 
-/** An empty chart with its axes for `scale`. */
-function chartRoot(cls: string, label: string, scale: ReturnType<typeof scaleFor>): SVGSVGElement {
-  const root = svg('svg', { viewBox: `0 0 ${W} ${H}`, class: cls, role: 'img', 'aria-label': label });
-  axes(root, scale);
+/** An empty chart with its y axis for `scale`, and x labels named `xName` (null: the caller labels x). */
+export function chartRoot(cls: string, label: string, scale: IScale, xName: string | null = 'step'): SVGSVGElement {
+  const root = svg('svg', { viewBox: `0 0 ${scale.w} ${scale.h}`, class: cls, role: 'img', 'aria-label': label });
+  yAxis(root as SVGSVGElement, scale);
+  if (xName !== null) {
+    xEnds(root as SVGSVGElement, scale, xName);
+  }
   return root as SVGSVGElement;
 }
 

@@ -1,12 +1,16 @@
 /**
  * A sweep's comparison view (`jupyter_torchdist/views/compare.py`): a row per run with its progress, every
- * run's loss on one chart, a table sortable by any column, and the failed runs named. Pure: a sweep snapshot
- * and the sort in, a detached element out; `compare_view.ts` patches it into the page, live or saved.
+ * run's loss on one chart, a table sortable by any column, and the failed runs named; for a search, what it
+ * searches and judges by, the best member marked, pruned members with their step (the rule's reason as the
+ * tooltip), and each parameter's effect (`effects.ts`). Pure: a sweep snapshot and the sort in, a detached
+ * element out; `compare_view.ts` patches it into the page, live or saved.
  */
-import { colourOf, lossChart } from './chart';
+import { cleanPoints, colourOf, lossChart } from './chart';
+import { BEST_MARK, headerOf, isBest, stateText } from './compare_header';
 import { el, isObject, token } from './dom';
+import { effectsPanel } from './effects';
 import { clip, DASH, duration, metric, num, rate, str } from './format';
-import { P, STATUS_LABEL } from './model';
+import { P } from './model';
 import { progressCell } from './table';
 import { ISweepRun, ISweepSnapshot } from './types';
 
@@ -23,7 +27,13 @@ interface IColumn {
   cell: (r: ISweepRun, live: boolean) => HTMLElement;
 }
 
-const STATE_RANK: Record<string, number> = { running: 0, queued: 1, done: 2, stopped: 3, failed: 4 };
+const STATE_RANK: Record<string, number> = { running: 0, queued: 1, done: 2, pruned: 3, stopped: 4, failed: 5 };
+/** The member columns a search adds, each shown only when some member has it (older snapshots have none). */
+const FIGURES: Array<[string, 'steps' | 'metric_best' | 'metric_last']> = [
+  ['steps', 'steps'],
+  ['best', 'metric_best'],
+  ['last', 'metric_last']
+];
 
 function text(value: string, cls = ''): HTMLElement {
   return el('td', cls || undefined, value);
@@ -33,11 +43,12 @@ function runs(snap: ISweepSnapshot): ISweepRun[] {
   return Array.isArray(snap.runs) ? (snap.runs.filter(isObject) as ISweepRun[]) : [];
 }
 
-function metricNames(rows: ISweepRun[]): string[] {
+/** The reported metrics' names, less `skip` (the sweep's metric, when its own columns show it). */
+function metricNames(rows: ISweepRun[], skip: string | null): string[] {
   const names: string[] = [];
   for (const r of rows) {
     for (const key of Object.keys(isObject(r.metrics) ? r.metrics : {})) {
-      if (!names.includes(key)) {
+      if (!names.includes(key) && key !== skip) {
         names.push(key);
       }
     }
@@ -48,9 +59,15 @@ function metricNames(rows: ISweepRun[]): string[] {
 function stateCell(r: ISweepRun, live: boolean): HTMLElement {
   const cell = el('td', `${P}-stateCell`);
   const state = str(r.state) || 'queued';
-  cell.appendChild(el('span', `${P}-pill ${P}-state-${token(state)}`, state));
+  const pill = el('span', `${P}-pill ${P}-state-${token(state)}`, stateText(r));
+  if (str(r.why)) {
+    pill.title = str(r.why);
+  } else if (r.past === true) {
+    pill.title = 'A member from an earlier kernel of this study';
+  }
+  cell.appendChild(pill);
   const id = num(r.id);
-  if (live && id !== null && (state === 'running' || state === 'queued')) {
+  if (live && id !== null && !r.past && (state === 'running' || state === 'queued')) {
     const stop = el('button', `${P}-rowStop`, 'Stop');
     stop.type = 'button';
     stop.dataset.action = 'stop';
@@ -61,7 +78,30 @@ function stateCell(r: ISweepRun, live: boolean): HTMLElement {
   return cell;
 }
 
-function columns(names: string[], metrics: string[]): IColumn[] {
+function idCell(snap: ISweepSnapshot, r: ISweepRun): HTMLElement {
+  if (!isBest(snap, r)) {
+    return text(str(r.id));
+  }
+  const cell = text(`${str(r.id)} ${BEST_MARK}`, `${P}-bestMark`);
+  cell.title = `The best member by ${str(snap.metric) || 'the metric'}${snap.mode ? ` (${str(snap.mode)})` : ''}`;
+  return cell;
+}
+
+/** The search's own columns (steps, the metric's best and last), where some member has them. */
+function figureColumns(snap: ISweepSnapshot, rows: ISweepRun[]): IColumn[] {
+  const name = str(snap.metric) || 'metric';
+  return FIGURES.filter(([, key]) => rows.some(r => num(r[key]) !== null)).map(([label, key]) => ({
+    key,
+    label: key === 'steps' ? label : `${name} ${label}`,
+    value: r => num(r[key]),
+    cell: r => text(metric(r[key]) || DASH, `${P}-metrics`)
+  }));
+}
+
+function columns(snap: ISweepSnapshot, rows: ISweepRun[]): IColumn[] {
+  const names = Array.isArray(snap.names) ? snap.names.map(str) : [];
+  const figures = figureColumns(snap, rows);
+  const metrics = metricNames(rows, figures.some(c => c.key === 'metric_last') ? str(snap.metric) : null);
   const param = (name: string): IColumn => ({
     key: `param:${name}`,
     label: name,
@@ -75,10 +115,11 @@ function columns(names: string[], metrics: string[]): IColumn[] {
     cell: r => text(metric((isObject(r.metrics) ? r.metrics : {})[name]), `${P}-metrics`)
   });
   return [
-    { key: 'id', label: 'run', value: r => num(r.id), cell: r => text(str(r.id)) },
+    { key: 'id', label: 'run', value: r => num(r.id), cell: r => idCell(snap, r) },
     ...names.map(param),
     { key: 'state', label: 'state', value: r => STATE_RANK[str(r.state)] ?? 9, cell: stateCell },
     { key: 'step', label: 'progress', value: r => num(r.step), cell: progressCell },
+    ...figures,
     { key: 'rate', label: 'rate', value: r => num(r.rate), cell: r => text(rate(r.rate)) },
     ...metrics.map(figure),
     { key: 'time', label: 'time', value: r => num(r.elapsed_s), cell: r => text(duration(r.elapsed_s)) },
@@ -124,11 +165,10 @@ function headRow(cols: IColumn[], sort: ISort): HTMLElement {
 }
 
 function table(snap: ISweepSnapshot, rows: ISweepRun[], sort: ISort, live: boolean): HTMLElement {
-  const names = Array.isArray(snap.names) ? snap.names.map(str) : [];
-  const cols = columns(names, metricNames(rows));
+  const cols = columns(snap, rows);
   const body = el('tbody');
   for (const r of sortRuns(rows, cols.find(c => c.key === sort.key) ?? null, sort.descending)) {
-    const tr = el('tr', `${P}-row ${P}-row-${token(str(r.state))}`);
+    const tr = el('tr', `${P}-row ${P}-row-${token(str(r.state))}${isBest(snap, r) ? ` ${P}-row-best` : ''}`);
     tr.dataset.k = `run-${str(r.id)}`;
     cols.forEach(c => tr.appendChild(c.cell(r, live)));
     body.appendChild(tr);
@@ -145,7 +185,7 @@ function table(snap: ISweepSnapshot, rows: ISweepRun[], sort: ISort, live: boole
 
 function chart(rows: ISweepRun[]): HTMLElement | null {
   const series = rows
-    .map((r, i) => ({ rank: num(r.id) ?? i, label: str(r.label), points: cleanLoss(r.loss) }))
+    .map((r, i) => ({ rank: num(r.id) ?? i, label: str(r.label), points: cleanPoints(r.loss) }))
     .filter(s => s.points.length);
   if (!series.length) {
     return null;
@@ -166,16 +206,6 @@ function chart(rows: ISweepRun[]): HTMLElement | null {
   return box;
 }
 
-function cleanLoss(raw: unknown): Array<[number, number]> {
-  if (!Array.isArray(raw)) {
-    return [];
-  }
-  return raw.filter(
-    (p): p is [number, number] =>
-      Array.isArray(p) && Number.isFinite(p[0]) && Number.isFinite(p[1])
-  );
-}
-
 function failures(rows: ISweepRun[]): HTMLElement | null {
   const failed = rows.filter(r => str(r.state) === 'failed' || str(r.state) === 'stopped');
   if (!failed.length) {
@@ -189,29 +219,6 @@ function failures(rows: ISweepRun[]): HTMLElement | null {
     box.appendChild(line);
   }
   return box;
-}
-
-function headerOf(snap: ISweepSnapshot, rows: ISweepRun[]): HTMLElement {
-  const head = el('div', `${P}-header`);
-  head.dataset.k = 'header';
-  const top = el('div', `${P}-headerTop`);
-  const status = str(snap.status) || 'running';
-  top.appendChild(el('span', `${P}-badge ${P}-status-${token(status)}`, STATUS_LABEL[status] ?? status));
-  top.appendChild(el('span', `${P}-title`, str(snap.title) || 'sweep'));
-  const at = num(snap.concurrent);
-  const parts = [`${rows.length} runs`, ...(at ? [`${at} at once`] : []), duration(snap.elapsed_s)];
-  top.appendChild(el('span', `${P}-meta`, parts.join(' \u00b7 ')));
-  head.appendChild(top);
-  const chips = el('div', `${P}-chips`);
-  for (const [state, n] of Object.entries(isObject(snap.counts) ? snap.counts : {})) {
-    if (num(n)) {
-      const chip = el('span', `${P}-chip`);
-      chip.append(el('span', `${P}-dot ${P}-state-${token(state)}`), document.createTextNode(`${n} ${state}`));
-      chips.appendChild(chip);
-    }
-  }
-  head.appendChild(chips);
-  return head;
 }
 
 /** The whole comparison view; `live` adds a Stop control to each run still going. */
@@ -228,6 +235,10 @@ export function renderCompare(data: unknown, sort: ISort, live: boolean): HTMLEl
   const plot = chart(rows);
   if (plot) {
     root.appendChild(plot);
+  }
+  const effects = effectsPanel(snap, rows);
+  if (effects) {
+    root.appendChild(effects);
   }
   root.appendChild(table(snap, rows, sort, live));
   return root;

@@ -25,8 +25,8 @@ export const KIND_LABEL: Record<string, string> = {
 
 export const LOSS_KEYS = ['loss', 'train_loss', 'training_loss'];
 
-/** Rank states in the order the summary counts them. */
-export const STATE_ORDER = ['running', 'starting', 'pending', 'done', 'stopped', 'failed'];
+/** Rank (and sweep member) states in the order the summary counts them (`views/style.py` has the same). */
+export const STATE_ORDER = ['running', 'starting', 'pending', 'queued', 'done', 'pruned', 'stopped', 'failed'];
 
 /** Run statuses during which a Stop control makes sense. */
 export const IN_FLIGHT = ['queued', 'starting', 'running', 'stopping'];

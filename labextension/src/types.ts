@@ -193,6 +193,17 @@ export interface ISweepRun {
   loss?: Array<[number, number]>;
   value_repr?: string | null;
   error?: string | null;
+  /** A pruned member (`state` "pruned": stopped early by the sweep's rule, not a failure): the step it stopped at... */
+  pruned_at?: number | null;
+  /** ... and the rule's reason, a sentence. */
+  why?: string | null;
+  /** The highest step it reported. */
+  steps?: number | null;
+  /** The sweep's metric (`ISweepSnapshot.metric`): its best value by the sweep's mode, and its latest. */
+  metric_best?: number | null;
+  metric_last?: number | null;
+  /** A member from an earlier kernel of a resumed study: no live run (`id` is its member number). */
+  past?: boolean;
 }
 
 /** A whole sweep: its comparison view and its saved report. */
@@ -205,4 +216,18 @@ export interface ISweepSnapshot {
   concurrent?: number | null;
   counts?: Record<string, number>;
   runs?: ISweepRun[];
+  /** What the sweep judges members by ("loss"), and which way is better: "min" or "max". */
+  metric?: string;
+  mode?: string;
+  /** How members are picked: "grid", "random" or "optuna"; the rule that prunes them: "asha", "median", "none". */
+  search?: string;
+  early_stop?: string;
+  /** Members planned in all (`runs` holds those picked so far). */
+  trials?: number;
+  /** The row id of the best finished member. */
+  best_id?: number | null;
+  /** Per parameter: "log", "linear" or "category" (how its effect is plotted). */
+  scales?: Record<string, string>;
+  /** [k, best metric among the first k members to finish], k = 1, 2, ... */
+  best_so_far?: Array<[number, number]>;
 }
