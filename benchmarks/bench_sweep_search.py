@@ -114,7 +114,7 @@ def main() -> None:
     print(f"target same best member: {'MET' if pruning['same_best'] else 'MISSED'}")
     better = searching["median_optuna"] < searching["median_random"]
     print(f"target optuna median best < random's: {'MET' if better else 'MISSED'}")
-    common.finish("sweep_search", {"machine": info, "args": vars(args), "pruning": pruning, "search": searching},
+    common.finish("bench_sweep_search", {"machine": info, "args": vars(args), "pruning": pruning, "search": searching},
                   started, values)
 
 
