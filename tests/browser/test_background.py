@@ -125,7 +125,10 @@ def test_a_sweeps_comparison_view_sorts_names_the_failed_run_and_is_saved(lab: L
     failure = report.locator(".jp-TorchDist-sweepFailure").inner_text()
     assert "lr=2.0" in failure and "FloatingPointError: diverged at step 10" in failure, failure
     assert report.locator("tr.jp-TorchDist-row").count() == 3
-    assert report.locator(".jp-TorchDist-chart polyline").count() == 3
+    assert report.locator(".jp-TorchDist-compareChart .jp-TorchDist-chart polyline").count() == 3
+    # the parameter's effect: a point per finished run against lr, and the best loss as the runs finished
+    assert report.locator(".jp-TorchDist-effects .jp-TorchDist-scatter").count() == 1
+    assert report.locator(".jp-TorchDist-bestSoFar polyline").count() == 1
     report.locator("th[data-key='param:lr']").click()
     report.locator("th[data-key='param:lr']").click()  # twice: descending
     order = report.locator("tr.jp-TorchDist-row td.jp-TorchDist-param").all_inner_texts()
