@@ -94,6 +94,9 @@ class _Optuna:
         self.study = optuna.create_study(storage=storage, study_name=STUDY_NAME, load_if_exists=True,
                                          direction="minimize" if mode == "min" else "maximize",
                                          sampler=optuna.samplers.TPESampler(seed=seed))
+        kept = len(self.study.trials)
+        if seed is not None and kept:  # a resumed study: the same seed again would draw the first members again
+            self.study.sampler = optuna.samplers.TPESampler(seed=seed + kept)
         self._forget_running()
 
     def _forget_running(self) -> None:

@@ -188,10 +188,9 @@ class Sweep:
                 try:
                     self._launch_what_fits()
                 except Exception as exc:  # a member that cannot be made (its cell does not pack): none more start
-                    self.error = exc
+                    self.error = exc   # the queued ones end "stopped" at the next turn of the loop
                     with self._cv:
                         self._stopping = self._stopping or f"an error of the sweep's ({exc})"
-                        self._pending.clear()
                 if self._dirty and time.time() - last >= FRAME_S:
                     self._dirty, last = False, time.time()
                     self._view.update(self.snapshot())

@@ -97,3 +97,18 @@ def test_search_options_parse_into_the_run_options():
     assert (o.trials, o.seed, o.metric, o.mode, o.early_stop, o.grace, o.metric_reduce, o.study) == \
         (8, 1, "acc", "max", "median", 5, "mean", "s.db")
     assert RunOptions(sweep=o.sweep, trials=2).search is None
+
+
+def test_optunas_study_in_a_file_goes_on_with_new_draws_and_forgets_trials_a_dead_kernel_left_running(tmp_path):
+    pytest.importorskip("optuna")
+    space, path = check_space({"lr": loguniform(1e-4, 1.0)}), str(tmp_path / "o.db")
+    first = make_search(space, "optuna", 4, 0, "min", path)
+    asks = [first.ask() for _ in range(3)]
+    first.tell(asks[0].token, "done", 0.3)
+    first.tell(asks[1].token, "done", 0.2)   # the third is still running when its kernel dies
+    resumed = make_search(space, "optuna", 4, 0, "min", path)
+    resumed.skip(3)
+    assert [t.state.name for t in resumed.study.trials] == ["COMPLETE", "COMPLETE", "FAIL"]
+    again, new = resumed.again(asks[2].params), resumed.ask()
+    assert again.params == asks[2].params and resumed.ask() is None
+    assert new.params["lr"] not in {a.params["lr"] for a in asks}, "the seed drew the first members again"
