@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
 from ..core.errors import OptionsError
-from ..core.grid import combinations
+from ..core.grid import Grid, combinations
 from ..core.search_options import OPTUNA_MISSING
 from ..core.space import Choice, Distribution, IntRange, LogUniform, Space, Uniform, grid_size, is_grid, sample
 
@@ -71,7 +71,7 @@ def _draws(space: Space, trials: int, seed: int | None) -> list[dict[str, Any]]:
     """``trials`` members drawn from ``space``; from a grid, distinct combinations while there are enough."""
     rng = random.Random(seed)
     if is_grid(space) and trials <= grid_size(space):
-        return rng.sample(combinations(space), trials)
+        return rng.sample(combinations(_grid(space)), trials)
     return [sample(space, rng) for _ in range(trials)]
 
 
@@ -135,6 +135,11 @@ class _Optuna:
             self.study.tell(token, state=states.PRUNED if state == "pruned" else states.FAIL)
 
 
+def _grid(space: Space) -> Grid:
+    """A space of lists alone, as the grid it is (checked by the caller: ``is_grid``)."""
+    return tuple((name, entry) for name, entry in space if isinstance(entry, tuple))
+
+
 def _plain(values: tuple[Any, ...]) -> bool:
     return all(v is None or isinstance(v, (bool, int, float, str)) for v in values)
 
@@ -161,7 +166,7 @@ def make_search(space: Space, kind: str, trials: int | None, seed: int | None, m
                 study: str | None) -> Search:
     """The search the options ask for (checked already: a grid's kind is grid, others have ``trials``)."""
     if kind == "grid":
-        return _Listed("grid", combinations(space))
+        return _Listed("grid", combinations(_grid(space)))
     if kind == "random":
         return _Listed("random", _draws(space, trials or 1, seed))
     return _Optuna(space, trials or 1, seed, mode, study)

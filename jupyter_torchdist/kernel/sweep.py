@@ -74,7 +74,8 @@ class Sweep:
         self.concurrent: int | None = options.concurrent
         self.most: int | None = None  # the server's limit on runs at once (launchers/limits.py), if any
         self.judge = Judge(options.metric, options.mode, options.early_stop, options.grace, options.metric_reduce)
-        self._view, self._make = view, None
+        self._view = view
+        self._make: MakeRun = _not_begun
         self._cv = threading.Condition()
         self._pending: list[tuple[Member, ScheduledRun | None]] = []
         self._numbers = 0
@@ -277,6 +278,10 @@ class Sweep:
                 self.store.save(member)
             except Exception:
                 pass  # a full disk loses the record, never the run
+
+
+def _not_begun(params: dict[str, Any]) -> ScheduledRun:
+    raise RuntimeError("Sweep.begin() makes the members' runs")
 
 
 def _default_concurrency(options: RunOptions) -> int:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any, Final
+from typing import Any, Final, TypedDict
 
 from dataclasses import dataclass
 
@@ -72,7 +72,7 @@ def _row(run: Run, snap: Mapping[str, Any] | None, now: float, member: Member | 
         "loss": _loss(lead), "value_repr": (snap or {}).get("value_repr"),
         "error": ((snap or {}).get("headline") or error.get("summary") or run.summary())
         if run.state in ("failed", "stopped") else None,
-        **_member_fields(member), "past": False,
+        **_member_fields(member, past=False),
     }
 
 
@@ -84,15 +84,24 @@ def _past_row(m: Member, metric: str) -> SweepRunSnapshot:
         "metrics": {} if m.last is None else {metric: m.last},
         "elapsed_s": None if m.seconds is None else round(m.seconds, 3),
         "loss": [[float(x), float(y)] for x, y in evenly(m.curve, LOSS_POINTS)], "value_repr": None,
-        "error": m.why if m.state == "failed" else None, **_member_fields(m), "past": True,
+        "error": m.why if m.state == "failed" else None, **_member_fields(m, past=True),
     }
 
 
-def _member_fields(m: Member | None) -> dict[str, Any]:
+class _MemberFields(TypedDict):
+    pruned_at: int | None
+    why: str | None
+    steps: int | None
+    metric_best: float | None
+    metric_last: float | None
+    past: bool
+
+
+def _member_fields(m: Member | None, past: bool) -> _MemberFields:
     if m is None:
-        return {"pruned_at": None, "why": None, "steps": None, "metric_best": None, "metric_last": None}
+        return {"pruned_at": None, "why": None, "steps": None, "metric_best": None, "metric_last": None, "past": past}
     return {"pruned_at": m.pruned_at, "why": m.why if m.pruned_at is not None else None, "steps": m.steps,
-            "metric_best": _finite(m.best), "metric_last": _finite(m.last)}
+            "metric_best": _finite(m.best), "metric_last": _finite(m.last), "past": past}
 
 
 Ending = tuple[float, float, int]   # (ended at, final figure, row id)
