@@ -112,3 +112,11 @@ def test_optunas_study_in_a_file_goes_on_with_new_draws_and_forgets_trials_a_dea
     again, new = resumed.again(asks[2].params), resumed.ask()
     assert again.params == asks[2].params and resumed.ask() is None
     assert new.params["lr"] not in {a.params["lr"] for a in asks}, "the seed drew the first members again"
+
+
+def test_an_optuna_search_without_optuna_installed_says_the_pip_line_before_anything_starts(monkeypatch):
+    from jupyter_torchdist.core import search_options
+
+    monkeypatch.setattr(search_options.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(OptionsError, match=r"pip install 'jupyter-torchdist\[sweeps\]'"):
+        parse_options('-n 2 --sweep "lr=loguniform(1e-4, 1e-1)" --trials 4 --search optuna')
