@@ -74,7 +74,7 @@ def test_a_sweep_of_six_runs_two_at_a_time_with_one_comparison_view_and_a_table(
                        "    jupyter_torchdist.report(step=i + 1, total=10, loss=lr * batch / (i + 1))\n"
                        "if lr == 0.01 and batch == 64:\n    raise ValueError('diverged')\n{'loss': lr * batch}",
                        watch=seen.append)
-    assert r["status"] == "ok" and "<Sweep of 6 runs over lr, batch" in kernel.text(r), kernel.text(r)
+    assert r["status"] == "ok" and "<Sweep of 6 members over lr, batch" in kernel.text(r), kernel.text(r)
     table = _text(kernel, "import pandas as pd\npd.set_option('display.width', 250)\ndf = %distribute_wait\n"
                           "print(df[['lr', 'batch', 'state', 'value.loss', 'loss']].to_string())\n"
                           "s = jt.runs()[-1].sweep\nprint(s.best('loss').params, s.concurrent)", watch=seen.append)
@@ -86,7 +86,7 @@ def test_a_sweep_of_six_runs_two_at_a_time_with_one_comparison_view_and_a_table(
     reports = [m["content"]["data"][SWEEP_MIME] for m in seen if m["msg_type"] == "update_display_data"
                and SWEEP_MIME in m["content"]["data"]]
     assert reports and reports[-1]["status"] == "failed" and len(reports[-1]["runs"]) == 6
-    assert reports[-1]["counts"] == {"queued": 0, "running": 0, "done": 5, "failed": 1, "stopped": 0}
+    assert reports[-1]["counts"] == {"queued": 0, "running": 0, "done": 5, "failed": 1, "stopped": 0, "pruned": 0}
     assert all(len(run["loss"]) == 10 for run in reports[-1]["runs"] if run["state"] == "done")
     at_once = _text(kernel, "runs = s.runs\nprint(max(sum(1 for o in runs if o.started_at <= r.started_at < o.ended_at)"
                             " for r in runs))")
