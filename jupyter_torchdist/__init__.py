@@ -4,7 +4,7 @@
 
 The public API: the Python launcher (``run``, ``run_detailed``, ``last_run``, ``RunResult``,
 ``TorchDistributor``, ``DeepspeedTorchDistributor``, ``Ranks``), runs the notebook holds (``Run``, ``runs``,
-``sweep``, ``Sweep``), the rank-side
+``sweep``, ``Sweep``, ``flush_tracking``), the rank-side
 helpers (``report``, ``rank``, ``world_size``, ``batches`` ...), and the errors.
 Everything else is internal and may move.
 """
@@ -26,6 +26,7 @@ from .kernel.result import RunResult
 from .kernel.launch import last_run
 from .kernel.torch_distributor import TorchDistributor
 from .kernel.deepspeed_distributor import DeepspeedTorchDistributor
+from .tracking.shipper import flush as flush_tracking
 from .rank.api import (barrier, commit, device, is_main, local_rank, local_world_size, main_first, on_main, rank,
                        report, restore, world_size)
 
@@ -34,7 +35,7 @@ __version__ = "0.1.0"
 __all__ = [
     "run", "run_detailed", "last_run", "RunResult", "TorchDistributor", "DeepspeedTorchDistributor", "Ranks",
     "KeptInfo", "kept", "spark_session",
-    "Run", "runs", "sweep", "Sweep", "loguniform", "uniform", "intrange", "choice",
+    "Run", "runs", "sweep", "Sweep", "loguniform", "uniform", "intrange", "choice", "flush_tracking",
     "report", "rank", "local_rank", "world_size", "local_world_size", "is_main", "device", "barrier",
     "main_first", "on_main", "batches", "DataError", "commit", "restore",
     "DistributeError", "OptionsError", "LaunchError", "CaptureError", "RunError", "RunFailed", "RunTimeout",

@@ -3,8 +3,7 @@
 Three kinds of process take part in a run:
 
 * the **kernel** (the notebook's process) plans the run, listens on the channel and draws the view;
-* an **agent** per rank (a Spark task, or a process forked by the ``--local`` server) forks the rank,
-  watches it and reports how it ended;
+* an **agent** per rank (a Spark task, or a ``--local`` server's process) forks, watches and reports on it;
 * the **rank** runs the user's code.
 
 Every message is a dict whose ``"t"`` names its type (the constants below are the whole vocabulary); the
@@ -26,6 +25,7 @@ from typing import Any, Final, Literal, NoReturn, TypedDict, Union, get_args, ge
 from .contract_faults import BEAT, COMMIT, HEARTBEAT_S, BeatMsg, CommitMsg  # lost hosts, restarts
 from .contract_debug import (PDB, PDB_REPLY, PLACE, WHERE, WHERE_WANTED, FrameInfo, PdbKind, PdbMsg,  # stacks, pdb
                              PdbReplyMsg, PlaceMsg, WhereMsg, WhereWantedMsg)
+from .contract_profile import PROFILE, ProfileMsg, ProfileShares  # --profile's window, per rank
 from .contract_runs import FOCUS_WANTED, STOP_WANTED, FocusWantedMsg, StopWantedMsg  # runs held, their views
 
 __all__ = [
@@ -38,7 +38,7 @@ __all__ = [
     "StopMsg", "InterruptMsg", "Stream", "RankMessage", "FinalMessage", "AgentMessage", "ChannelNotice",
     "BackendMessage", "InboundMessage", "DataReply", "ToRank", "ToAgent", "OutboundMessage", "unhandled", "RANK_SENDS",
     "AGENT_SENDS", "CHANNEL_SAYS", "BACKEND_SAYS", "INBOUND", "SENDS", "TLSPin", "RunPlan", "LaunchInfo", "Inbound",
-    "HEARTBEAT_S",
+    "HEARTBEAT_S", "PROFILE", "ProfileMsg", "ProfileShares",
     "PLACE", "PDB", "WHERE", "PDB_REPLY", "WHERE_WANTED", "FrameInfo", "PlaceMsg", "PdbMsg", "WhereMsg", "PdbReplyMsg",
     "WhereWantedMsg", "PdbKind", "STOP_WANTED", "StopWantedMsg", "FOCUS_WANTED", "FocusWantedMsg",
 ]
@@ -305,7 +305,7 @@ class InterruptMsg(TypedDict):
 
 # -- who sends what ----------------------------------------------------------------------------------------
 RankMessage = Union[HelloMsg, StateMsg, ProgressMsg, LogMsg, ResultMsg, FailedMsg, DroppedMsg, UsageMsg,
-                    DataOpenMsg, DataDoneMsg, CommitMsg, PlaceMsg, PdbMsg]
+                    DataOpenMsg, DataDoneMsg, CommitMsg, PlaceMsg, PdbMsg, ProfileMsg]
 FinalMessage = Union[ResultMsg, FailedMsg]  # how a rank's cell ended
 AgentMessage = Union[AgentHelloMsg, ExitMsg, BeatMsg]
 ChannelNotice = Union[ConnectedMsg, DisconnectedMsg]        # said for a rank's and an agent's connection alike
@@ -360,6 +360,8 @@ class RunPlan:
     attempt: int = 1               # which start of the run this is (--max-restarts)
     post_mortem: bool = False  # --pdb: a failing rank offers the kernel its post-mortem before it reports
     argv: tuple[str, ...] = ()  # the kernel's sys.argv: a rank's code sees the notebook's, on every backend
+    every_point: bool = False   # --track: rank 0 sends every report() (the full history), not a thinned few;
+    profile: tuple[int, int] | None = None  # --profile: the window of steps (AUTO_WINDOW: a few after the first)
 
 
 @dataclass(frozen=True)

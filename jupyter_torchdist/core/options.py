@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from .errors import OptionsError
 from .search_options import add_search_options, check_search
+from .track_options import add_track_options, bare_profile, check_track, default_trackers
 from .space import Space, parse_space
 
 __all__ = ["RunOptions", "OptionsError", "parse_options", "parse_argv", "options_help", "option_arity", "MAGIC_PROG",
@@ -56,6 +57,10 @@ class RunOptions:
     grace: int = 1                 # the first checkpoint step of the early-stopping rule
     metric_reduce: str | None = None  # mean | min | max over the ranks (None: rank 0's)
     study: str | None = None       # a SQLite file the search is kept in (resumable)
+    track: tuple[str, ...] = ()    # mlflow, tensorboard (core/track_options.py: these four)
+    experiment: str | None = None  # the MLflow experiment (default: the notebook's name)
+    logdir: str | None = None      # TensorBoard's files and profiles (default runs/)
+    profile: tuple[int, int] | None = None  # torch.profiler's window of steps, START:STOP (AUTO_WINDOW: a few)
     # Set by the distributor classes, not by options: packages every rank's Python must have at the kernel's
     # versions (DeepSpeed's), and the session setting that lets a run go where Spark encrypts (pyspark's name for
     # that class; None: TorchDistributor's pytorch.spark.distributor.ignoreSsl).
@@ -88,6 +93,7 @@ class RunOptions:
                                f"--checkpoint-dir /shared/ckpt or s3://bucket/run1), got {self.checkpoint_dir!r}")
         _check_debug(self)
         _check_background(self)
+        check_track(self)
         if not _finite_positive(self.max_payload_mb):
             raise OptionsError(f"--max-payload-mb must be a number of megabytes > 0 (e.g. --max-payload-mb 1024), "
                                f"got {self.max_payload_mb!r}")
@@ -113,6 +119,9 @@ class RunOptions:
             **({"pdb": True} if self.pdb else {}),
             **({"stall_after": self.stall_after} if self.stall_after != DEFAULT_STALL_AFTER_S else {}),
             **({"background": True} if self.background else {}),
+            **({"track": ",".join(self.track)} if self.track else {}),
+            **({"profile": "auto" if self.profile == (-1, -1) else f"{self.profile[0]}:{self.profile[1]}"}
+               if self.profile is not None else {}),
         }
 
 
@@ -241,6 +250,7 @@ def _build_parser(prog: str) -> _Parser:
                         "the cell assigns, the process group) for the next --keep cell; %%distribute_stop ends them")
     _add_fault_options(p)
     _add_background_options(p)
+    add_track_options(p)
     p.add_argument("script", nargs=argparse.REMAINDER,
                    help="a script and its arguments, run as torchrun would (the line magic and the command line)")
     return p
@@ -305,10 +315,12 @@ def option_arity(flag: str, prog: str = MAGIC_PROG) -> int | None:
 
 def parse_argv(argv: list[str], prog: str = MAGIC_PROG) -> RunOptions:
     """Parse split arguments into validated options (the command line refuses the cell-only ones)."""
-    values = vars(_PARSERS[prog].parse_args(argv))
+    values = vars(_PARSERS[prog].parse_args(bare_profile(argv)))
     values["script"] = tuple(values.get("script") or ())
     values["n_explicit"] = values["n"] is not None
     values["n"] = 2 if values["n"] is None else values["n"]
+    if values["track"] is None:
+        values["track"] = () if values.get("keep") else default_trackers()  # a default never refuses a kept cell
     if prog == CLI_PROG:
         given = [flag for key, flag in _CELL_ONLY.items() if values.get(key)]
         if given:

@@ -6,6 +6,7 @@ from typing import Any
 
 from ..core.space import check_space
 from ..core.options import RunOptions
+from ..core.track_options import AUTO_WINDOW, default_trackers, parse_trackers, parse_window
 from ..views import NullView, RunView
 from .result import RunResult
 from .launch import Work, launch, launch_background
@@ -15,20 +16,41 @@ from .sweep_start import sweep_function
 __all__ = ["run", "run_detailed", "sweep", "spark_session"]
 
 
+def _recording(track: str | None, experiment: str | None, logdir: str | None,
+               profile: bool | str | tuple[int, int] | None) -> dict[str, Any]:
+    """``track=``, ``experiment=``, ``logdir=``, ``profile=`` as RunOptions' fields (``track=None``: the default
+    tracker, ``%config DistributeMagics.track`` or the environment's; ``profile=True`` or ``"5:10"``)."""
+    window: tuple[int, int] | None
+    if profile is None or profile is False:
+        window = None
+    elif profile is True:
+        window = AUTO_WINDOW
+    elif isinstance(profile, str):
+        window = parse_window(profile)
+    else:
+        window = tuple(profile)  # type: ignore[assignment]
+    trackers = default_trackers() if track is None else parse_trackers(track, "track=")
+    return {"track": trackers, "experiment": experiment, "logdir": logdir, "profile": window}
+
+
 def run_detailed(fn: Callable[..., Any], *args: Any, n: int = 2, gpu: bool = False, local: bool = False,
                  timeout: float | None = None, all_ranks: bool = False, data_workers: int | None = None,
                  max_restarts: int = 0, checkpoint_dir: str | None = None, view: RunView | None = None,
-                 **kwargs: Any) -> RunResult:
+                 track: str | None = None, experiment: str | None = None, logdir: str | None = None,
+                 profile: bool | str | tuple[int, int] | None = None, **kwargs: Any) -> RunResult:
     """Like ``run`` but returns the whole ``RunResult`` (every rank's value, state, logs, failed attempts)."""
     options = RunOptions(n=n, gpu=gpu, local=local, timeout=timeout, all_ranks=all_ranks, data_workers=data_workers,
-                         max_restarts=max_restarts, checkpoint_dir=checkpoint_dir)
+                         max_restarts=max_restarts, checkpoint_dir=checkpoint_dir,
+                         **_recording(track, experiment, logdir, profile))
     work = Work(fn, args, kwargs, title=f"run({getattr(fn, '__name__', 'fn')}) -n {n}")
     return launch(work, options, view)
 
 
 def run(fn: Callable[..., Any], *args: Any, n: int = 2, gpu: bool = False, local: bool = False,
         timeout: float | None = None, all_ranks: bool = False, data_workers: int | None = None,
-        max_restarts: int = 0, checkpoint_dir: str | None = None, background: bool = False, **kwargs: Any) -> Any:
+        max_restarts: int = 0, checkpoint_dir: str | None = None, background: bool = False,
+        track: str | None = None, experiment: str | None = None, logdir: str | None = None,
+        profile: bool | str | tuple[int, int] | None = None, **kwargs: Any) -> Any:
     """Call ``fn(*args, **kwargs)`` on ``n`` ranks (process group ready) and return rank 0's value.
 
     With ``all_ranks=True`` the list of every rank's value comes back instead. A Spark DataFrame among the
@@ -36,16 +58,18 @@ def run(fn: Callable[..., Any], *args: Any, n: int = 2, gpu: bool = False, local
     prepare its batches (default: the session's task slots beyond the ranks'). ``max_restarts`` and
     ``checkpoint_dir`` are ``--max-restarts`` and ``--checkpoint-dir`` (``jupyter_torchdist.commit``/``restore``).
     With ``background=True`` a ``Run`` handle comes back at once (``.result()`` gives the value later).
+    ``track`` ("mlflow", "tensorboard", "mlflow,tensorboard", "none"), ``experiment``, ``logdir`` and ``profile``
+    (True, or "START:STOP") are ``--track``, ``--experiment``, ``--logdir`` and ``--profile``.
     """
     if background:
         options = RunOptions(n=n, gpu=gpu, local=local, timeout=timeout, all_ranks=all_ranks,
                              data_workers=data_workers, max_restarts=max_restarts, checkpoint_dir=checkpoint_dir,
-                             background=True)
+                             background=True, **_recording(track, experiment, logdir, profile))
         return launch_background(Work(fn, args, kwargs, title=f"run({getattr(fn, '__name__', 'fn')}) -n {n}"),
                                  options)
     return run_detailed(fn, *args, n=n, gpu=gpu, local=local, timeout=timeout, all_ranks=all_ranks,
                         data_workers=data_workers, max_restarts=max_restarts, checkpoint_dir=checkpoint_dir,
-                        **kwargs).value
+                        track=track, experiment=experiment, logdir=logdir, profile=profile, **kwargs).value
 
 
 def sweep(fn: Callable[..., Any], space: Mapping[str, Any], *args: Any, n: int = 2, gpu: bool = False,
@@ -53,7 +77,8 @@ def sweep(fn: Callable[..., Any], space: Mapping[str, Any], *args: Any, n: int =
           max_restarts: int = 0, checkpoint_dir: str | None = None, trials: int | None = None,
           search: str | None = None, seed: int | None = None, metric: str = "loss", mode: str = "min",
           early_stop: str = "none", grace: int = 1, metric_reduce: str | None = None, study: str | None = None,
-          **kwargs: Any) -> Sweep:
+          track: str | None = None, experiment: str | None = None, logdir: str | None = None,
+          profile: bool | str | tuple[int, int] | None = None, **kwargs: Any) -> Sweep:
     """Call ``fn(*args, **kwargs, **params)`` on ``n`` ranks once per member of ``space``, as background runs,
     ``concurrent`` at once (default: as many as the task slots hold). Returns the sweep's handle at once:
     ``wait()``, ``results()``, ``best()``, ``stop()``, ``runs``.
@@ -63,11 +88,13 @@ def sweep(fn: Callable[..., Any], space: Mapping[str, Any], *args: Any, n: int =
     what the ranks report with ``report(...)`` that judges the members; ``early_stop`` ("asha", "median") stops the
     worse ones from step ``grace`` on; ``study`` (a SQLite file) makes the search resumable. These keywords are the
     sweep's own: to hand ``fn`` an argument of one of these names, bind it first (``functools.partial``).
+    ``track``/``experiment``/``logdir``/``profile`` record it as ``run`` does: a parent record, a child per member.
     """
     options = RunOptions(n=n, gpu=gpu, local=local, timeout=timeout, all_ranks=all_ranks, concurrent=concurrent,
                          max_restarts=max_restarts, checkpoint_dir=checkpoint_dir, sweep=check_space(space),
                          background=True, trials=trials, search=search, seed=seed, metric=metric, mode=mode,
-                         early_stop=early_stop, grace=grace, metric_reduce=metric_reduce, study=study)
+                         early_stop=early_stop, grace=grace, metric_reduce=metric_reduce, study=study,
+                         **_recording(track, experiment, logdir, profile))
     return sweep_function(fn, options, args, kwargs, NullView())
 
 

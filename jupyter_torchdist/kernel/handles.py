@@ -14,7 +14,7 @@ import html
 import queue
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from ..core import contract as C
@@ -55,6 +55,7 @@ class Run:
         self._error: BaseException | None = None
         self._details: RunResult | None = None
         self._ending: tuple[str, str] | None = None   # a sweep's own end for it: ("pruned" | "failed", why)
+        self.recorded: Callable[[], None] | None = None   # ends the run's record, once its outcome is set
 
     # -- what the notebook asks ----------------------------------------------------------------------
     @property
@@ -147,6 +148,8 @@ class Run:
             self.ended_at, self._inbox = time.time(), None
         if details is not None:
             _registry.last_ended = details
+        if self.recorded is not None:
+            self.recorded()   # the run's record ends before anyone waiting on it wakes (--track)
         self._ended.set()
 
     def forget(self) -> None:

@@ -24,6 +24,7 @@ from .result import RunResult
 from .restarts import Attempt, CheckpointFolder, ContinuedView, failed_attempt
 from .handles import Run, background_going, last_result, new_run
 from .supervisor import plain_sigint
+from ..tracking import SweepRecorder, check_environment, recorder_for
 
 __all__ = ["Work", "launch", "launch_background", "prepare_background", "execute", "last_run"]
 
@@ -48,9 +49,11 @@ def last_run() -> RunResult | None:
 def launch(work: Work, options: RunOptions, view: RunView | None = None) -> RunResult:
     """Run ``work`` as ``options.n`` fresh ranks, here, and return the result, or raise the run's error. A run that
     must wait for slots other runs of this kernel hold waits its turn, up to ``--wait``."""
+    _check_recording(options)
     payload = pack(work.fn, work.args, work.kwargs, max_bytes=options.max_payload_bytes)
     run = new_run(work.title, options)
     d = ScheduledRun(run, payload, options, work, ContinuedView(view or NullView()), _attempts)
+    d.recorder = recorder_for(run, work, options)
     return drive(d, lambda: [slots_pool(run, options)], deadline=time.time() + options.wait)
 
 
@@ -65,10 +68,21 @@ def launch_background(work: Work, options: RunOptions, view: RunView | None = No
 
 
 def prepare_background(work: Work, options: RunOptions, view: RunView | None = None,
-                       params: Mapping[str, Any] | None = None) -> ScheduledRun:
-    """A background run's handle and first frame, not started yet (``scheduling.go`` starts it: a sweep's scheduler)."""
+                       params: Mapping[str, Any] | None = None, parent: SweepRecorder | None = None) -> ScheduledRun:
+    """A background run's handle and first frame, not started yet (``scheduling.go`` starts it: a sweep's scheduler;
+    ``parent``: the sweep's record, when it is tracked)."""
+    if parent is None:
+        _check_recording(options)
     payload = pack(work.fn, work.args, work.kwargs, max_bytes=options.max_payload_bytes)
-    return background_run(payload, options, view or NullView(), work, _attempts, params)
+    d = background_run(payload, options, view or NullView(), work, _attempts, params)
+    d.recorder = recorder_for(d.run, work, options, parent)
+    return d
+
+
+def _check_recording(options: RunOptions) -> None:
+    """A tracked or profiled run is refused before anything starts when its trackers or its folder are missing."""
+    if options.track or options.profile is not None:
+        check_environment(options)
 
 
 def _attempts(d: ScheduledRun) -> RunResult:
@@ -87,6 +101,8 @@ def _attempts(d: ScheduledRun) -> RunResult:
                 folder = CheckpointFolder.for_run(options, ranks.info.loopback)
             ranks.checkpoint, ranks.attempt, ranks.number = folder.where, len(failed) + 1, d.run.id
             ranks.carried = [a.line(options.max_restarts + 1) for a in failed]
+            if d.recorder is not None:
+                ranks.tap, ranks.folder = d.recorder.tap, d.recorder.folder
             started = time.time()
             try:
                 result = execute(d.payload, options, ranks, d.shown, filename=work.filename, source=work.source,

@@ -49,6 +49,7 @@ class RunLifecycle:
     background: bool = False         # the notebook went on while it ran (--background, a sweep's run)
     stopped_by: str | None = None    # who stopped it, when that was not the kernel's interrupt ("run.stop()")
     band: LossBand = field(default_factory=LossBand)  # many-rank runs: the ranks' loss over the run (summary.py)
+    folder: str | None = None        # --track tensorboard, --profile: the run's folder under --logdir
 
     def __post_init__(self) -> None:
         if not self.ranks:

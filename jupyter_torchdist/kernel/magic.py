@@ -6,11 +6,12 @@ from typing import Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
-from traitlets import Float, Int, observe
+from traitlets import Float, Int, Unicode, observe
 
 from ..core.errors import OptionsError
 from ..launchers import guard_interrupts, limits, may_use_spark, on_load, on_unload
 from ..core.options import RunOptions, options_help, parse_options
+from ..core.track_options import TRACK_ENV, configure_default
 from ..views import make_view
 from . import background_magic, control, kept_magic
 from .cell import CellSyntaxError, compile_cell
@@ -18,6 +19,7 @@ from .idle import DEFAULT_IDLE_S, IDLE_ENV, IdleWatch, idle_seconds
 from .kept import notebook_ranks
 from .launch import Work, launch
 from .handles import runs
+from ..tracking.shipper import resume as resume_tracking
 
 __all__ = ["DistributeMagics", "load", "unload"]
 
@@ -63,6 +65,13 @@ class DistributeMagics(Magics):
                              f"{limits.ENV['embedded_ranks']} wins.").tag(config=True)
     max_background_runs = Int(0, help="How many background runs and sweeps one notebook may have going at once; 0: "
                               f"no limit. {limits.ENV['background_runs']} wins.").tag(config=True)
+
+    track = Unicode("", help="What a run without --track records: mlflow, tensorboard, mlflow,tensorboard, or none "
+                    f"(''/unset: ${TRACK_ENV}, else nothing). --track on a cell wins.").tag(config=True)
+
+    @observe("track")
+    def _track_changed(self, _: Any = None) -> None:
+        configure_default(self.track)
 
     @observe("max_local_ranks", "max_embedded_ranks", "max_background_runs")
     def _limits_changed(self, _: Any = None) -> None:
@@ -181,9 +190,11 @@ def load(ipython: Any) -> None:
     magics = ipython.magics_manager.registry.get("DistributeMagics")
     if magics is not None:
         magics._limits_changed()  # the configuration a profile set when the magics were made
+        magics._track_changed()
     control.register(ipython)  # the live view's Stacks control reaches the kernel while a cell runs
     ipython.events.register("pre_run_cell", _activate_embedded_session)
     on_load(warm=os.environ.get(WARMUP_ENV, "1") != "0", busy_runs=_background_runs)
+    resume_tracking()  # records an earlier kernel could not send (its tracking server was down)
     if _Loaded.watch is None:
         _Loaded.watch = _idle_watch(ipython)
         for event in ("pre_run_cell", "post_run_cell"):

@@ -69,6 +69,7 @@ class RankState:
     rate_mark: tuple[float, int] | None = None
     usage: RankUsage = field(default_factory=RankUsage)
     debug: RankDebug = field(default_factory=RankDebug)  # where it is: its collective, its stack, pdb (places.py)
+    profile: dict[str, Any] | None = None      # --profile: its window's steps, shares and note (not the trace)
 
     @property
     def settled(self) -> bool:
@@ -108,6 +109,10 @@ class RankState:
             return False
         self.state = state
         return True
+
+    def on_profile(self, msg: C.ProfileMsg) -> None:
+        self.profile = {"first": msg.get("first"), "last": msg.get("last"), "shares": dict(msg.get("shares") or {}),
+                        "note": msg.get("note"), "trace": msg.get("trace") is not None}
 
     def on_progress(self, msg: C.ProgressMsg, at: float) -> None:
         when = msg.get("at") or at

@@ -10,6 +10,7 @@ import queue
 import secrets
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..core import contract as C
@@ -71,6 +72,8 @@ class RankSet:
         self.carried: list[str] = []        # notes from the attempts before this one, for its view
         self.failed_rank: int | None = None  # the last cell's root-cause rank, if it raised (kept ranks)
         self.number: int | None = None      # the run's number in this kernel (jupyter_torchdist.runs())
+        self.tap: Callable[[Inbound], None] | None = None  # the run's recorder sees its ranks' messages (--track)
+        self.folder: str | None = None      # the run's folder under --logdir (--track tensorboard, --profile)
 
     # -- one cell ----------------------------------------------------------------------------------------
     def new_state(self, options: RunOptions, title: str) -> RunState:
@@ -78,6 +81,7 @@ class RankSet:
         state = RunState(options.n, title=title, options=options.summary(), backend=self.info.label,
                          started_at=time.time(), cell=cell if self.keep else None, run_id=self.number,
                          background=options.background)
+        state.folder = self.folder
         state.notes.extend(self.carried)
         state.debug.stall_after = options.stall_after or None
         if self.keep and self.launcher.slot_noun:
@@ -93,6 +97,7 @@ class RankSet:
         deadline = None if options.timeout is None else state.started_at + options.timeout
         sup = (KeptSupervisor if self.keep else Supervisor)(state, self.server, self.launcher, view, self.inbox,
                                                             deadline)
+        sup.tap = self.tap
         in_slots = 0 if self.keep or not self.launcher.slot_noun else options.n  # kept ranks' slots count as held
         sup.data = DataService(self.server, self.inbox, world_size=options.n, workers=options.data_workers,
                                secret=self.server.secret, run_id=f"{self.run_id}-{self.cells + 1}",
@@ -124,7 +129,8 @@ class RankSet:
                        all_ranks=options.all_ranks, loopback=self.info.loopback, tls=self.server.tls_pin,
                        keep=self.keep, versions=tuple(local_versions(options.packages).items()),
                        argv=tuple(sys.argv), checkpoint=self.checkpoint,
-                       attempt=self.attempt, post_mortem=options.pdb)
+                       attempt=self.attempt, post_mortem=options.pdb, every_point=bool(options.track),
+                       profile=options.profile)
 
     def after_cell(self, state: RunState, sup: Supervisor) -> None:
         """Learn what the cell told about the ranks; a kept set the cell broke is closed here."""

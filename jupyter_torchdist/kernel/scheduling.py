@@ -8,6 +8,7 @@ drawing the first frame in the caller's cell (the handle comes back at once).
 """
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -48,6 +49,7 @@ class ScheduledRun:
     shown: ContinuedView
     attempts: Callable[[ScheduledRun], RunResult]   # launch.py's: start the ranks (again after a lost rank)
     waiting: RunState | None = None           # the run as its view shows it until its ranks start
+    recorder: Any = None                      # tracking.RunRecorder: --track, --profile (None: neither)
 
     def placeholder(self) -> RunState:
         if self.waiting is None:
@@ -100,6 +102,9 @@ def drive(d: ScheduledRun, pools: Pools, deadline: float | None) -> RunResult:
             if d.waiting is not None and d.waiting.status == "queued":
                 d.show_waiting(None)  # its turn came: starting
             d.run.running()
+            if d.recorder is not None:
+                d.recorder.begin()
+                d.run.recorded = lambda: _record_end(d)
             result = d.attempts(d)
         except BaseException as exc:
             error = _as_error(exc, d)
@@ -115,6 +120,17 @@ def drive(d: ScheduledRun, pools: Pools, deadline: float | None) -> RunResult:
     finally:
         for place in held:
             turns.release(place)
+
+
+def _record_end(d: ScheduledRun) -> None:
+    """The run's last record (tracking never costs a run its end: a failure here is said, not raised)."""
+    if d.recorder is None:
+        return
+    try:
+        d.recorder.end()
+    except Exception as exc:
+        print(f"jupyter-torchdist warning: run {d.run.id} could not be recorded: {type(exc).__name__}: {exc}",
+              file=sys.stderr)
 
 
 def _close_view(d: ScheduledRun, error: BaseException | None = None) -> None:

@@ -5,7 +5,9 @@ from collections.abc import Iterable
 from typing import Final
 
 from ..core.errors import root_cause
-from ..views.schema import SCHEMA_VERSION, RankSnapshot, RunErrorSnapshot, RunSnapshot
+from ..core.profile_summary import trace_name, verdict
+from ..views.schema import (SCHEMA_VERSION, ProfileRankSnapshot, ProfileSnapshot, RankSnapshot, RunErrorSnapshot,
+                            RunSnapshot)
 from .lifecycle import RunLifecycle
 from .places import place_snapshot
 from .rank_state import RankState
@@ -29,17 +31,39 @@ def run_snapshot(state: RunLifecycle, log_tail: int = LOG_TAIL, focus: Iterable[
     many = is_many(state.world_size)
     summary = summary_snapshot(state.ranks, band or LossBand(), end) if many else None
     shown = featured(state.ranks, summary, focus) if summary is not None else state.ranks
+    profile = profile_snapshot(state)
     return {
         "version": SCHEMA_VERSION, "title": state.title, "status": state.status, "headline": state.headline,
         "backend": state.backend, "options": dict(state.options), "world_size": state.world_size,
         "elapsed_s": round(max(0.0, end - state.started_at), 3), "value_repr": state.value_repr,
-        "error": _error_snapshot(state, many), "notices": state.notices(),
+        "error": _error_snapshot(state, many),
+        "notices": state.notices() + ([f"profile: {profile['verdict']}"] if profile and profile["verdict"] else []),
         "data": data_snapshot(state.data, [r.usage for r in state.ranks]),
         "ranks": [_rank_snapshot(r, end, log_tail) for r in shown],
         "stall": stall_text(state.debug, state.ranks, state.started_at, state.now) if state.ended_at is None else None,
         "run_id": state.run_id, "background": state.background,
-        "summary": summary, "table": rank_table(state.ranks) if many else None,
+        "summary": summary, "table": rank_table(state.ranks) if many else None, "profile": profile,
     }
+
+
+def profile_snapshot(state: RunLifecycle) -> ProfileSnapshot | None:
+    """The ranks' --profile windows and the verdict (None until a rank sent one)."""
+    sent = [r for r in state.ranks if r.profile is not None]
+    if not sent:
+        return None
+    rows: list[ProfileRankSnapshot] = []
+    for r in sent:
+        p = r.profile or {}
+        shares = p.get("shares") or {}
+        steps = int(shares.get("steps") or 0)
+        rows.append({"rank": r.rank, "first": p.get("first"), "last": p.get("last"), "steps": steps,
+                     "step_s": round(float(shares.get("span_s") or 0.0) / steps, 6) if steps else None,
+                     "input": float(shares.get("input") or 0.0), "compute": float(shares.get("compute") or 0.0),
+                     "comm": float(shares.get("comm") or 0.0), "other": float(shares.get("other") or 0.0),
+                     "trace": f"{state.folder}/{trace_name(r.rank)}" if p.get("trace") and state.folder else None,
+                     "note": p.get("note")})
+    counted = {row["rank"]: dict(row) for row in rows if row["steps"]}
+    return {"folder": state.folder, "ranks": rows, "verdict": verdict(counted)}
 
 
 def _error_snapshot(state: RunLifecycle, many: bool) -> RunErrorSnapshot | None:

@@ -80,6 +80,8 @@ class RunState(RunLifecycle):
             pass  # batches(): the data service answers it; the rank's usage shows its wait
         elif msg["t"] == C.COMMIT:
             self.committed = (int(msg.get("step", 0)), at, int(msg.get("bytes", 0)), float(msg.get("seconds", 0.0)))
+        elif msg["t"] == C.PROFILE:
+            rs.on_profile(msg)  # the trace itself is written by the run's recorder (tracking/recorder.py)
         elif msg["t"] == C.PLACE or msg["t"] == C.PDB:
             pass  # where it is, its debugger: folded by fold_debug; the supervisor answers prompts
         else:

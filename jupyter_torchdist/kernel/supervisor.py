@@ -12,7 +12,7 @@ import queue
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, Final
 
 import cloudpickle
@@ -48,6 +48,7 @@ class Supervisor:
 
     broken: str | None = None        # why the ranks had to be killed and cannot take another cell (kept ranks)
     names: list[str] | None = None   # the global names rank 0's own code defined (kept ranks)
+    tap: Callable[[Inbound], None] | None = None  # the run's recorder (--track, --profile): its ranks' reports
 
     def __init__(self, state: RunState, server: ChannelServer, launcher: Launcher, view: RunView,
                  inbox: queue.SimpleQueue[Inbound], deadline: float | None) -> None:
@@ -70,6 +71,8 @@ class Supervisor:
     def handle(self, ev: Inbound) -> None:
         self.dirty = True
         t = ev.msg.get("t")
+        if self.tap is not None and ev.role == C.RANK and t in (C.PROGRESS, C.PROFILE):
+            self._record(ev)
         self.state.apply(ev.rank, ev.role, ev.msg, ev.at)
         if ev.role == C.RANK and self.data is not None:
             if t in (C.DATA_OPEN, C.DATA_DONE):
@@ -92,6 +95,15 @@ class Supervisor:
             self.stop("failed")
         if t in (C.RESULT, C.FAILED) and not self.released and self.state.all_ended():
             self._release(range(self.state.world_size))
+
+    def _record(self, ev: Inbound) -> None:
+        """Hand the recorder what it keeps; its failure is said once and never costs the run."""
+        try:
+            assert self.tap is not None
+            self.tap(ev)
+        except Exception as exc:
+            self.tap = None
+            self.state.notes.append(f"warning: the run's record stopped: {type(exc).__name__}: {exc}")
 
     def _release(self, ranks: Any) -> None:
         """Every rank has ended its cell: let them exit (none may go while a peer still needs it)."""

@@ -13,6 +13,7 @@ goes on where the search stopped.
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -85,6 +86,7 @@ class Sweep:
         self._ended = threading.Event()
         self.error: BaseException | None = None   # what stopped the sweep drawing members, if anything did
         self.members = _Members(self._on_frame)
+        self.recorder: Any = None   # tracking.SweepRecorder: the sweep's parent record (--track, --profile)
 
     # -- what the notebook asks --------------------------------------------------------------------------
     def done(self) -> bool:
@@ -198,10 +200,20 @@ class Sweep:
                 with self._cv:
                     self._cv.wait(FRAME_S)
         finally:
+            self._record_end()
             self._ended.set()
             self._view.finish(self.snapshot())
             if self.store is not None:
                 self.store.close()
+
+    def _record_end(self) -> None:
+        if self.recorder is None:
+            return
+        try:
+            self.recorder.end(self.rows(), self._stopping is not None)
+        except Exception as exc:  # tracking never costs the sweep its end
+            print(f"jupyter-torchdist warning: the sweep could not be recorded: {type(exc).__name__}: {exc}",
+                  file=sys.stderr)
 
     def _finished(self) -> bool:
         with self._cv:

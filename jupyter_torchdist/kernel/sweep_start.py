@@ -18,6 +18,7 @@ from .launch import Work, prepare_background
 from .search import make_search
 from .study_store import ENDED_FOR_GOOD, Member, StudyStore, open_study, storable
 from .sweep import Sweep
+from ..tracking import check_environment, sweep_recorder
 
 __all__ = ["start_sweep", "sweep_cell", "sweep_function"]
 
@@ -26,6 +27,8 @@ def start_sweep(make_work: Callable[[dict[str, Any]], Work], options: RunOptions
     """The sweep's handle, its members queued (or, for Optuna's search, drawn as slots free) and its thread going."""
     most = check_background(background_going(), options.concurrent)
     kind = search_kind(options)
+    if options.track or options.profile is not None:
+        check_environment(options)
     store, past, again = _study(options, kind) if options.study else (None, [], [])
     try:
         search = make_search(options.sweep, kind, options.trials, options.seed, options.mode, options.study)
@@ -34,8 +37,9 @@ def start_sweep(make_work: Callable[[dict[str, Any]], Work], options: RunOptions
                                  search=None, seed=None, early_stop="none", metric_reduce=None, study=None)
         sweep = Sweep(title, options, view, search, store)
         sweep.most = most
-        sweep.begin(lambda params: prepare_background(make_work(params), member_options, sweep.members, params),
-                    past, again)
+        sweep.recorder = parent = sweep_recorder(options, title)
+        sweep.begin(lambda params: prepare_background(make_work(params), member_options, sweep.members, params,
+                                                      parent), past, again)
     except BaseException:
         if store is not None:
             store.close()

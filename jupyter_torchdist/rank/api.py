@@ -21,6 +21,7 @@ __all__ = ["report", "rank", "local_rank", "world_size", "local_world_size", "is
 class _Sink:
     """Set by the rank runtime for the duration of a run; None otherwise."""
     post: Callable[[C.ProgressMsg], None] | None = None
+    step: Callable[[int | None], None] | None = None   # --profile's window counts the reports (rank/profiler.py)
 
 
 _sink = _Sink()
@@ -43,6 +44,8 @@ def report(step: int | None = None, total: int | None = None, **metrics: Any) ->
         post({"t": C.PROGRESS, "step": step, "total": total, "metrics": metrics, "at": time.time()})
     except Exception:
         pass
+    if _sink.step is not None:
+        _sink.step(step)
 
 
 def _env_int(name: str, default: int) -> int:

@@ -64,9 +64,11 @@ class RankClient:
     the sender has written them: the kernel then has the cell's whole log before its outcome.
     """
 
-    def __init__(self, sock: Stream, world_size: int = 1) -> None:
+    def __init__(self, sock: Stream, world_size: int = 1, *, every_point: bool = False) -> None:
         self.sock = sock
         self.interval, self.keep = pace(world_size)
+        if every_point:  # a tracked run's rank 0: its record has every report() (up to the queue's bound)
+            self.keep = PROGRESS_QUEUE
         self.dropped_progress = 0
         self.dropped_log_lines = 0
         self.dropped_log_bytes = 0

@@ -32,6 +32,7 @@ from .group import cpu_group, init_group, rendezvous, set_env
 from .kept import serve_cells
 from .kept_payload import Namespace, run_job
 from .link import KernelLink
+from .profiler import StepProfiler
 from .runtime import RankRuntime, current, install
 from .usage import UsageSampler
 from .values import final_message
@@ -55,13 +56,21 @@ def run_payload(payload: bytes, filename: str, source: str) -> tuple[str, Any]:
 class _Reporting:
     """While a cell runs: this process's output and report() go to the kernel."""
 
-    def __init__(self, client: RankClient) -> None:
+    def __init__(self, client: RankClient, profile: tuple[int, int] | None = None, gpu: bool = False) -> None:
         from .output import FdCapture
 
         self.capture = FdCapture(client.post_log)
         rank_api._sink.post = client.post_progress
+        self.profiler: StepProfiler | None = None
+        if profile is not None:
+            self.profiler = StepProfiler(profile, gpu, client.post)
+            rank_api._sink.step = self.profiler.on_report
+            self.profiler.begin_cell()
 
     def close(self) -> None:
+        rank_api._sink.step = None
+        if self.profiler is not None:
+            self.profiler.close()
         self.capture.close()
         rank_api._sink.post = None
         runtime = current()
@@ -137,7 +146,7 @@ def _begin_cell(cell: int) -> None:
 
 
 def _one_shot(plan: RunPlan, rank: int, store: Any, device: str, client: RankClient) -> C.FinalMessage:
-    reporting = _Reporting(client)
+    reporting = _Reporting(client, plan.profile, plan.gpu)
     outcome: tuple[str, Any]
     at = time.time()
     try:
@@ -216,7 +225,7 @@ def rank_main(plan: RunPlan, rank: int, gpu_address: str | None = None) -> int:
     rdv, store = rendezvous(sock, plan, rank, gpu_address)
     bind_ip = "127.0.0.1" if plan.loopback else sock.getsockname()[0]
     device = set_env(plan, rank, rdv, bind_ip)
-    client = RankClient(sock, plan.world_size)
+    client = RankClient(sock, plan.world_size, every_point=plan.every_point and rank == 0)
     link = KernelLink(sock)
     install(RankRuntime(plan, rank, client, link, bind_ip, UsageSampler(client.post_usage, gpu=plan.gpu)))
     install_tqdm(rank_api.report)

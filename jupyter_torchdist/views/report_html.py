@@ -13,6 +13,7 @@ from .chart import svg_chart
 from .schema import RankSnapshot, RunErrorSnapshot, RunSnapshot
 from .style import (DASH, ECHOES_FROM, KIND_LABELS, clip, colour, duration, exit_text, metrics_text, progress, rate,
                     status_label, tally, where)
+from .profile import profile_html
 from .stacks import frame_line, has_places, stacks_title
 from .summary_html import groups_html, summary_html
 from .trim import trim_snapshot
@@ -53,6 +54,7 @@ def html_of(snap: RunSnapshot) -> str:
     if snap["error"]:
         out.append(_error(snap["error"]))
     out.append(_panels(snap))
+    out.append(profile_html(snap["profile"], _TH, _TD, _TR, _TITLE))
     if snap["summary"] is not None:
         out.append(summary_html(snap["summary"]))
     if snap["ranks"]:

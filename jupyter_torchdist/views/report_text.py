@@ -10,6 +10,7 @@ from .style import (DASH, ECHOES_FROM, KIND_LABELS, clip, duration, exit_text, m
 from .style import where as where_text
 from .stacks import has_places, place_lines, stacks_title
 from .table import text_table
+from .profile import profile_lines
 from .trim import trim_snapshot
 from .usage import data_line, usage_cells, usage_columns
 
@@ -33,6 +34,7 @@ def text_of(snap: RunSnapshot) -> str:
         lines += _value(snap["value_repr"])
     if snap["ranks"]:
         lines += _table(snap["ranks"])
+    lines += profile_lines(snap["profile"])
     if has_places(snap["ranks"]):
         lines += ["", f"{stacks_title(snap)}:"] + [f"  {line}" for line in place_lines(snap["ranks"])]
     return "\n".join(lines)

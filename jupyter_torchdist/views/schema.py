@@ -13,7 +13,8 @@ from ..core._groups import TextGroup as GroupSnapshot  # ranks that say the same
 __all__ = ["SCHEMA_VERSION", "LOSS_KEYS", "RankSnapshot", "RunSnapshot", "RunErrorSnapshot",
            "SecondarySnapshot", "UsageSnapshot", "DataSnapshot", "FrameSnapshot", "PlaceSnapshot",
            "SweepRunSnapshot", "SweepSnapshot", "QuantileSnapshot", "HostGroupSnapshot", "OutlierSnapshot",
-           "GroupSnapshot", "SummarySnapshot", "TableSnapshot", "MANY_RANKS", "TABLE_COLUMNS"]
+           "GroupSnapshot", "SummarySnapshot", "TableSnapshot", "MANY_RANKS", "TABLE_COLUMNS", "ProfileSnapshot",
+           "ProfileRankSnapshot"]
 
 SCHEMA_VERSION: Final = 1
 LOSS_KEYS: Final = ("loss", "train_loss", "training_loss")  # metrics drawn as the loss curve, first found
@@ -141,6 +142,28 @@ class RunErrorSnapshot(TypedDict):
     echoes: list[GroupSnapshot]     # the other ranks' failures grouped by what they say, most ranks first
 
 
+class ProfileRankSnapshot(TypedDict):
+    """One rank's --profile window: where its step time went (shares of the window, 0..1)."""
+    rank: int
+    first: int | None       # the window's first and last step
+    last: int | None
+    steps: int
+    step_s: float | None    # the window's wall time over its steps
+    input: float            # waiting for data
+    compute: float          # operators, GPU kernels and copies
+    comm: float             # collectives nothing else overlapped
+    other: float
+    trace: str | None       # its trace file (gzipped Chrome trace JSON: TensorBoard's profiler, Perfetto)
+    note: str | None        # what cut the window short, or why there is no trace
+
+
+class ProfileSnapshot(TypedDict):
+    """A --profile run's summary: a row per rank that sent its window, and the slowest rank and why."""
+    folder: str | None      # where the traces are
+    ranks: list[ProfileRankSnapshot]
+    verdict: str | None     # "rank 1 is the slowest: 62% of its step time waiting for input; ..."
+
+
 class RunSnapshot(TypedDict):
     """The whole run."""
     version: int
@@ -161,6 +184,7 @@ class RunSnapshot(TypedDict):
     background: bool        # the notebook went on while it ran: its Stop stops this run only
     summary: SummarySnapshot | None  # runs of more than MANY_RANKS ranks: ``ranks`` then holds only the
     table: TableSnapshot | None      # failed, outlier and asked-for ranks, and ``table`` every rank
+    profile: ProfileSnapshot | None  # --profile: where each rank's step time went (None: not profiled yet)
 
 
 class SweepRunSnapshot(TypedDict):

@@ -16,6 +16,7 @@ from ..core.thinning import evenly
 from .schema import (SCHEMA_VERSION, TABLE_COLUMNS, DataSnapshot, FrameSnapshot, GroupSnapshot, HostGroupSnapshot,
                      OutlierSnapshot, PlaceSnapshot, QuantileSnapshot, RankSnapshot, RunErrorSnapshot, RunSnapshot,
                      SecondarySnapshot, SummarySnapshot, TableSnapshot, UsageSnapshot)
+from .schema import ProfileRankSnapshot, ProfileSnapshot
 from .style import clip, clip_tail, finite
 
 __all__ = ["Budget", "REPORT", "LIVE", "trim_snapshot"]
@@ -32,6 +33,7 @@ HOSTS_MAX: Final = 256
 OUTLIERS_MAX: Final = 16
 QUANTILES_MAX: Final = 16
 BAND_MAX: Final = 200
+PROFILE_ROWS: Final = 1_024   # ranks in a --profile summary
 TABLE_MAX: Final = 16_384     # rows of the compact rank table
 
 
@@ -280,4 +282,23 @@ def trim_snapshot(snapshot: Mapping[str, Any], budget: Budget = REPORT) -> RunSn
         "stall": None if not snapshot.get("stall") else clip(snapshot.get("stall"), SUMMARY_CHARS),
         "run_id": _int(snapshot.get("run_id")), "background": snapshot.get("background") is True,
         "summary": _trim_summary(snapshot.get("summary")), "table": _trim_table(snapshot.get("table")),
+        "profile": _trim_profile(snapshot.get("profile")),
     }
+
+
+def _trim_profile(profile: Any) -> ProfileSnapshot | None:
+    if not isinstance(profile, Mapping):
+        return None
+    rows: list[ProfileRankSnapshot] = []
+    for row in list(_sequence(profile.get("ranks")))[:PROFILE_ROWS]:
+        if not isinstance(row, Mapping):
+            continue
+        rows.append({"rank": _int(row.get("rank")) or 0, "first": _int(row.get("first")), "last": _int(row.get("last")),
+                     "steps": _int(row.get("steps")) or 0, "step_s": finite(row.get("step_s")),
+                     "input": finite(row.get("input")) or 0.0, "compute": finite(row.get("compute")) or 0.0,
+                     "comm": finite(row.get("comm")) or 0.0, "other": finite(row.get("other")) or 0.0,
+                     "trace": None if not row.get("trace") else clip(row.get("trace"), SHORT_CHARS),
+                     "note": None if not row.get("note") else clip(row.get("note"), SHORT_CHARS)})
+    folder, said = profile.get("folder"), profile.get("verdict")
+    return {"folder": None if not folder else clip(folder, SHORT_CHARS), "ranks": rows,
+            "verdict": None if not said else clip(said, SUMMARY_CHARS)}

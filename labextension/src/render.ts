@@ -13,6 +13,7 @@ import { num, str } from './format';
 import { header } from './header';
 import { logsSection } from './logs';
 import { ILiveOptions, IViewState, P } from './model';
+import { profileSection } from './profile';
 import { stacksSection } from './stacks';
 import { fullRows, pagedTable, rankDetail, tableRows } from './paged';
 import { overview, summaryOf } from './summary';
@@ -147,6 +148,10 @@ export function renderReport(
   const summary = summaryOf(snap);
   if (error) {
     report.appendChild(failure(error, state, summary !== null));
+  }
+  const profile = profileSection(snap, state);
+  if (profile) {
+    report.appendChild(profile);
   }
   if (summary) {
     manyRanks(report, snap, summary, ranks, error, state, live);

@@ -177,6 +177,31 @@ export interface IRunSnapshot {
   summary?: ISummary | null;
   /** ... and `table` every rank. */
   table?: ITable | null;
+  /** --profile: where each rank's step time went (null: not profiled yet). */
+  profile?: IProfile | null;
+}
+
+/** One rank's --profile window: shares of its wall time (0..1). */
+export interface IProfileRank {
+  rank?: number;
+  first?: number | null;
+  last?: number | null;
+  steps?: number;
+  step_s?: number | null;
+  input?: number;
+  compute?: number;
+  comm?: number;
+  other?: number;
+  /** Its trace file (gzipped Chrome trace JSON: TensorBoard's profiler, Perfetto). */
+  trace?: string | null;
+  note?: string | null;
+}
+
+/** A --profile run's summary: a row per rank, and the slowest rank and why. */
+export interface IProfile {
+  folder?: string | null;
+  ranks?: IProfileRank[];
+  verdict?: string | null;
 }
 
 /** One run of a sweep, as the comparison view's row shows it (rank 0's progress and metrics). */

@@ -12,7 +12,8 @@ from jupyter_torchdist.views.report_text import report_text
 from jupyter_torchdist.views.schema import (LOSS_KEYS, FrameSnapshot, GroupSnapshot, HostGroupSnapshot,
                                             OutlierSnapshot, PlaceSnapshot, QuantileSnapshot, RankSnapshot,
                                             RunErrorSnapshot, RunSnapshot, SecondarySnapshot, SummarySnapshot,
-                                            SweepRunSnapshot, SweepSnapshot, TableSnapshot)
+                                            SweepRunSnapshot, SweepSnapshot, TableSnapshot, ProfileSnapshot,
+                                            ProfileRankSnapshot)
 from jupyter_torchdist.views.text import TextView
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -74,7 +75,8 @@ def test_the_front_end_types_mirror_the_snapshot_schema():
              "ISecondaryError": SecondarySnapshot, "IPlace": PlaceSnapshot, "IFrame": FrameSnapshot,
              "ISweepSnapshot": SweepSnapshot, "ISweepRun": SweepRunSnapshot,
              "IQuantile": QuantileSnapshot, "IHostGroup": HostGroupSnapshot, "IOutlier": OutlierSnapshot,
-             "IGroup": GroupSnapshot, "ISummary": SummarySnapshot, "ITable": TableSnapshot}
+             "IGroup": GroupSnapshot, "ISummary": SummarySnapshot, "ITable": TableSnapshot,
+             "IProfile": ProfileSnapshot, "IProfileRank": ProfileRankSnapshot}
     for ts_name, py in pairs.items():
         assert _ts_fields(ts_name) == set(py.__annotations__), ts_name
 

@@ -1,0 +1,117 @@
+"""``--profile``: ``torch.profiler`` on this rank for a window of steps, then one PROFILE message to the kernel.
+
+The window is counted in the step numbers the cell gives ``report(step=...)`` (in calls when it gives none): the
+report of step START-1 ends the step before the window, so profiling starts there, and the report of step STOP-1
+ends it (``--profile 5:10`` profiles steps 5 to 9). Alone, ``--profile`` profiles three steps from the second
+report on, past the first step's warm-up. Outside the window nothing runs: no profiler, no hook beyond a counter.
+The trace is exported as ``torch.profiler`` writes it (Chrome trace JSON, what TensorBoard's profiler and Perfetto
+open), summarised here (``core.profile_summary``) and sent gzipped; the kernel writes it under the run's folder.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import tempfile
+from collections.abc import Callable
+from typing import Any, Final
+
+from ..core import contract as C
+from ..core.profile_summary import shares_of
+from ..core.track_options import AUTO_WINDOW
+
+__all__ = ["StepProfiler"]
+
+AUTO_FROM: Final = 2        # --profile alone: start after this many reports ...
+AUTO_STEPS: Final = 3       # ... and profile this many steps
+MAX_TRACE_BYTES: Final = 64 << 20   # a larger gzipped trace stays on the rank's host (the note says where)
+
+
+class StepProfiler:
+    """Counts reports; profiles the window; sends what it saw once."""
+
+    def __init__(self, window: tuple[int, int], gpu: bool, send: Callable[[C.ProfileMsg], None]) -> None:
+        self.auto = window == AUTO_WINDOW
+        self.start, self.stop = window
+        self.gpu, self.send = gpu, send
+        self.calls = 0
+        self.steps = 0
+        self.first = self.last = 0
+        self.prof: Any = None
+        self.done = False
+
+    def begin_cell(self) -> None:
+        """A window from step 0 starts with the cell's code."""
+        if not self.auto and self.start == 0:
+            self._begin(0)
+
+    def on_report(self, step: int | None) -> None:
+        if self.done:
+            return
+        n = step if isinstance(step, int) and not isinstance(step, bool) else self.calls
+        self.calls += 1
+        if self.prof is None:
+            if (self.calls == AUTO_FROM) if self.auto else (n >= self.start - 1):
+                self._begin(n + 1)
+            return
+        self.steps, self.last = self.steps + 1, n
+        self.prof.step()
+        if (self.steps >= AUTO_STEPS) if self.auto else (n >= self.stop - 1):
+            self._end(None)
+
+    def close(self) -> None:
+        """The cell ended: a window still open is closed with what it has; one never opened is said so."""
+        if self.done:
+            return
+        if self.prof is not None:
+            self._end(f"the cell ended at step {self.last} before the window's end")
+        else:
+            self.done = True
+            want = "a few steps" if self.auto else f"step {self.start}"
+            self.send({"t": C.PROFILE, "first": 0, "last": 0, "trace": None,
+                       "shares": {"span_s": 0.0, "steps": 0, "input": 0.0, "compute": 0.0, "comm": 0.0, "other": 0.0},
+                       "note": f"nothing profiled: the cell ended after {self.calls} report() calls, before {want}"})
+
+    def _begin(self, first: int) -> None:
+        import torch
+        from torch.profiler import ProfilerAction, ProfilerActivity, profile
+
+        activities = [ProfilerActivity.CPU]
+        if self.gpu and torch.cuda.is_available():
+            activities.append(ProfilerActivity.CUDA)
+        # a schedule that always records: the window is ours; with one, each step is marked ProfilerStep#N (the
+        # step view of TensorBoard's profiler)
+        self.prof = profile(activities=activities, schedule=lambda _: ProfilerAction.RECORD)
+        self.prof.start()
+        self.first = self.last = first
+
+    def _end(self, note: str | None) -> None:
+        self.done = True
+        prof, self.prof = self.prof, None
+        try:
+            prof.stop()
+            trace = _exported(prof)
+            shares = shares_of(json.loads(trace).get("traceEvents", []), max(1, self.steps))
+            packed = gzip.compress(trace, compresslevel=5)
+        except Exception as exc:  # the profiler's failure is the profile's, never the cell's
+            self.send({"t": C.PROFILE, "first": self.first, "last": self.last, "trace": None, "note":
+                       f"the profiler failed: {type(exc).__name__}: {exc}",
+                       "shares": {"span_s": 0.0, "steps": 0, "input": 0.0, "compute": 0.0, "comm": 0.0, "other": 0.0}})
+            return
+        sent: bytes | None = packed
+        if len(packed) > MAX_TRACE_BYTES:
+            sent, note = None, (f"the trace ({len(packed) / 1e6:.0f} MB gzipped) is too large to send; profile fewer "
+                                "steps")
+        self.send({"t": C.PROFILE, "first": self.first, "last": self.last, "shares": shares, "trace": sent,
+                   "note": note})
+
+
+def _exported(prof: Any) -> bytes:
+    fd, path = tempfile.mkstemp(suffix=".pt.trace.json", prefix="jtd-profile-")
+    os.close(fd)
+    try:
+        prof.export_chrome_trace(path)
+        with open(path, "rb") as f:
+            return f.read()
+    finally:
+        os.remove(path)

@@ -1,0 +1,32 @@
+"""Runs on record: MLflow and TensorBoard tracking (``--track``) and ``--profile``'s traces, from the kernel.
+
+``recorder_for`` gives a run its recorder (``recorder.py``) when it is tracked or profiled, after the environment
+was checked (``core.track_options.check_environment``: before any rank starts); ``flush`` waits for the records to
+reach their trackers.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ..core.options import RunOptions
+from ..core.track_options import check_environment
+from .recorder import RunRecorder, SweepRecorder
+from .shipper import flush
+
+__all__ = ["recorder_for", "sweep_recorder", "flush", "RunRecorder", "SweepRecorder", "check_environment"]
+
+
+def recorder_for(run: Any, work: Any, options: RunOptions, parent: SweepRecorder | None = None) -> RunRecorder | None:
+    """The run's recorder, or None when it is neither tracked nor profiled."""
+    if not options.track and options.profile is None:
+        return None
+    return RunRecorder(run, work, options, parent)
+
+
+def sweep_recorder(options: RunOptions, title: str) -> SweepRecorder | None:
+    if not options.track and options.profile is None:
+        return None
+    check_environment(options)
+    recorder = SweepRecorder(options, title)
+    recorder.begin()
+    return recorder

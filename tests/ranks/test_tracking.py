@@ -1,0 +1,193 @@
+"""Runs on record, with real components: a real ``mlflow server`` (SQLite store) on loopback, TensorBoard's own
+event reader on the files written, ``torch.profiler``'s trace loaded back; real ranks (local processes: the record is
+the kernel's, the same on every backend). The server is also stopped mid-run: nothing may be lost."""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import cloudpickle
+import pytest
+
+import jupyter_torchdist as jt
+from jupyter_torchdist.tracking import shipper as shipping
+
+from ..support.mlflow_server import MlflowServer
+
+pytest.importorskip("mlflow")
+pytest.importorskip("tensorboard")
+cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the ranks cannot import the tests package
+
+STEPS = 24
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("mlflow")
+    srv = MlflowServer(folder)
+    srv.start()
+    old = {k: os.environ.get(k) for k in ("MLFLOW_TRACKING_URI", "MLFLOW_HTTP_REQUEST_MAX_RETRIES",
+                                          "MLFLOW_HTTP_REQUEST_TIMEOUT", "XDG_CACHE_HOME")}
+    # MLflow's own knobs: no retries, short timeouts, so a stopped server is seen in seconds, not minutes
+    os.environ.update(MLFLOW_TRACKING_URI=srv.uri, MLFLOW_HTTP_REQUEST_MAX_RETRIES="0",
+                      MLFLOW_HTTP_REQUEST_TIMEOUT="5", XDG_CACHE_HOME=str(folder / "cache"))
+    shipping._One.shipper = None   # this module's journals in this module's folder
+    yield srv
+    if shipping._One.shipper is not None:
+        shipping._One.shipper.stop()
+        shipping._One.shipper = None
+    srv.stop()
+    for k, v in old.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+def _client():
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient()
+
+
+def _runs(experiment: str):
+    c = _client()
+    exp = c.get_experiment_by_name(experiment)
+    return [] if exp is None else c.search_runs([exp.experiment_id])
+
+
+def train(steps: int = STEPS, slow_rank: int | None = 1, nap: float = 0.0) -> list[float]:
+    """A small DDP loop over a DataLoader; ``slow_rank``'s data loader sleeps. Returns rank 0's losses."""
+    import time
+
+    import torch
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from torch.utils.data import DataLoader, Dataset
+
+    import jupyter_torchdist as jt
+
+    class Data(Dataset):
+        def __len__(self) -> int:
+            return 100_000
+
+        def __getitem__(self, i: int):
+            if jt.rank() == slow_rank:
+                time.sleep(0.002)
+            return torch.randn(32), torch.randn(1)
+
+    torch.manual_seed(jt.rank())
+    model = DDP(torch.nn.Linear(32, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    losses = []
+    for step, (x, y) in enumerate(DataLoader(Data(), batch_size=16)):
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+        jt.report(step=step, total=steps, loss=loss.item(), lr=0.05)
+        time.sleep(nap)
+        if step + 1 == steps:
+            return losses
+    return losses
+
+
+def test_a_tracked_profiled_run_is_one_mlflow_run_tensorboard_files_and_a_trace_per_rank(server, tmp_path):
+    result = jt.run_detailed(train, n=2, local=True, track="mlflow,tensorboard", experiment="tracked",
+                             logdir=str(tmp_path / "runs"), profile="4:9")
+    losses = result.value
+    assert jt.flush_tracking(60)
+    [run] = _runs("tracked")   # one run, not one per rank
+    c = _client()
+    assert run.info.status == "FINISHED"
+    assert run.data.params["n"] == "2" and run.data.params["local"] == "True"
+    tags = run.data.tags
+    assert (tags["jtd.state"], tags["jtd.ranks"], tags["jtd.backend"]) == ("done", "2", "local") and tags["jtd.hosts"]
+    history = sorted((m.step, m.value) for m in c.get_metric_history(run.info.run_id, "loss"))
+    assert history == [(step, pytest.approx(loss)) for step, loss in enumerate(losses)]   # every step, as reported
+    assert run.data.metrics["jtd.step_rate_median"] > 0 and "jtd.step_rate_slowest" in run.data.metrics
+    report = Path(c.download_artifacts(run.info.run_id, "report.html", str(tmp_path)))
+    assert "run(train) -n 2" in report.read_text() and "succeeded" in report.read_text()
+    assert sorted(a.path for a in c.list_artifacts(run.info.run_id, "profile")) == [
+        "profile/rank-0.pt.trace.json.gz", "profile/rank-1.pt.trace.json.gz"]
+
+    # TensorBoard's own reader on the run's folder
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    [folder] = (tmp_path / "runs").iterdir()
+    events = EventAccumulator(str(folder))
+    events.Reload()
+    assert [e.step for e in events.Scalars("loss")] == list(range(STEPS))
+    assert [e.value for e in events.Scalars("loss")] == pytest.approx(losses, rel=1e-6)
+
+    # the profile: the rank whose data loader sleeps is named; each trace is torch.profiler's own, loaded back
+    profile = result.state.snapshot()["profile"]
+    assert profile["verdict"].startswith("rank 1 is the slowest") and "waiting for input" in profile["verdict"]
+    rows = {r["rank"]: r for r in profile["ranks"]}
+    assert rows[1]["input"] > 0.5 and rows[0]["comm"] > rows[1]["comm"]
+    assert (rows[0]["first"], rows[0]["last"], rows[0]["steps"]) == (4, 8, 5)
+    trace = json.loads(gzip.decompress(Path(rows[1]["trace"]).read_bytes()))
+    names = {e.get("name", "") for e in trace["traceEvents"]}
+    assert any(n.startswith("ProfilerStep#") for n in names)
+    assert any(n.startswith("enumerate(DataLoader)") for n in names)
+
+
+def test_a_server_stopped_mid_run_loses_nothing(server, tmp_path, capfd):
+    run = jt.run(train, n=2, local=True, background=True, track="mlflow", experiment="outage", steps=40,
+                 slow_rank=None, nap=0.1)
+    deadline = time.time() + 60
+    while not _runs("outage") and time.time() < deadline:   # its record began on the server
+        time.sleep(0.2)
+    assert _runs("outage"), "the run's record never reached the server"
+    server.stop()
+    losses = run.result(timeout=120)   # the run trains to its end with the server down
+    assert run.state == "done"
+    assert not jt.flush_tracking(1)
+    err = capfd.readouterr().err
+    assert err.count("does not answer") == 1, err
+    server.start()
+    assert jt.flush_tracking(90)
+    [record] = _runs("outage")
+    history = sorted((m.step, m.value) for m in _client().get_metric_history(record.info.run_id, "loss"))
+    assert history == [(step, pytest.approx(loss)) for step, loss in enumerate(losses)]
+    assert record.info.status == "FINISHED" and record.data.tags["jtd.state"] == "done"
+
+
+def toy(lr: float, steps: int = 8, nap: float = 0.05) -> float:
+    """A loss that falls with the steps and is lowest at lr = 0.1."""
+    import math
+    import time
+
+    import torch.distributed as dist
+
+    import jupyter_torchdist as jt
+
+    loss = 0.0
+    for step in range(1, steps + 1):
+        loss = (1.0 + abs(math.log10(lr) + 1.0)) / step
+        dist.barrier()
+        jt.report(step=step, loss=loss)
+        time.sleep(nap)
+    return loss
+
+
+def test_a_sweep_is_a_parent_run_with_a_child_per_member_pruned_ones_tagged(server):
+    lrs = [0.1, 10.0, 1e-4, 1.0]
+    s = jt.sweep(toy, {"lr": lrs}, n=2, local=True, concurrent=2, early_stop="asha", grace=2, track="mlflow",
+                 experiment="swept")
+    assert s.wait(180)
+    assert jt.flush_tracking(60)
+    runs = _runs("swept")
+    [parent] = [r for r in runs if r.data.tags.get("jtd.kind") == "sweep"]
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
+    assert sorted(float(r.data.params["lr"]) for r in children) == sorted(lrs)
+    states = {float(r.data.params["lr"]): r.data.tags["jtd.state"] for r in children}
+    assert states[0.1] == "done" and "pruned" in states.values(), states
+    for r in children:
+        assert (r.data.tags.get("jtd.pruned") == "true") == (r.data.tags["jtd.state"] == "pruned")
+    assert parent.info.status == "FINISHED" and parent.data.tags["jtd.best"] == "lr=0.1"
+    assert parent.data.metrics["best_loss"] == pytest.approx(s.best().result())

@@ -1,0 +1,87 @@
+"""--track, --experiment, --logdir, --profile: parsed, defaulted and refused before anything starts."""
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+from jupyter_torchdist.core import track_options as T
+from jupyter_torchdist.core.errors import OptionsError
+from jupyter_torchdist.core.options import RunOptions, parse_options
+
+
+@pytest.fixture(autouse=True)
+def no_default(monkeypatch):
+    monkeypatch.delenv(T.TRACK_ENV, raising=False)
+    T.configure_default(None)
+    yield
+    T.configure_default(None)
+
+
+def test_trackers_parse_alone_together_and_off():
+    assert parse_options("--track mlflow").track == ("mlflow",)
+    assert parse_options("--track mlflow,tensorboard").track == ("mlflow", "tensorboard")
+    assert parse_options("--track TensorBoard").track == ("tensorboard",)
+    assert parse_options("--track none").track == ()
+    assert parse_options("").track == ()
+
+
+def test_an_unknown_tracker_is_refused_with_the_names_it_takes():
+    with pytest.raises(OptionsError, match=r"unknown tracker 'wandb'.*mlflow, tensorboard"):
+        parse_options("--track wandb")
+
+
+def test_the_default_tracker_comes_from_config_then_the_environment_and_a_flag_wins(monkeypatch):
+    monkeypatch.setenv(T.TRACK_ENV, "tensorboard")
+    assert parse_options("").track == ("tensorboard",)
+    T.configure_default("mlflow")
+    assert parse_options("").track == ("mlflow",)
+    assert parse_options("--track none").track == ()
+    assert parse_options("--keep").track == ()   # a default never refuses a kept cell
+    monkeypatch.setenv(T.TRACK_ENV, "bogus")
+    T.configure_default(None)
+    with pytest.raises(OptionsError, match=T.TRACK_ENV):
+        parse_options("")
+
+
+def test_profile_windows():
+    assert parse_options("--profile").profile == T.AUTO_WINDOW
+    assert parse_options("--profile 5:10").profile == (5, 10)
+    assert parse_options("--profile=0:3").profile == (0, 3)
+    assert parse_options("--profile 5:10").summary()["profile"] == "5:10"
+    assert parse_options("--profile -n 4").profile == T.AUTO_WINDOW and parse_options("--profile -n 4").n == 4
+    script = parse_options("-n 2 --profile train.py --lr 0.1")
+    assert script.profile == T.AUTO_WINDOW and script.script == ("train.py", "--lr", "0.1")
+    for bad in ("10:5", "a:b", "5"):
+        with pytest.raises(OptionsError, match="--profile"):
+            parse_options(f"--profile {bad}")
+
+
+@pytest.mark.parametrize("line, said", [
+    ("--experiment exp", "use it with --track mlflow"),
+    ("--logdir /tmp/x", "use it with --track tensorboard or --profile"),
+    ("--track mlflow --keep", "drop --keep"),
+    ("--profile --keep", "drop --keep"),
+])
+def test_options_that_mean_nothing_alone_are_refused(line, said):
+    with pytest.raises(OptionsError, match=said):
+        parse_options(line)
+
+
+def test_the_environment_check_refuses_a_folder_that_takes_no_files(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    options = RunOptions(track=("tensorboard",), logdir=str(blocker / "runs"))
+    if importlib.util.find_spec("tensorboard") is None:
+        pytest.skip("tensorboard is in the test extra")
+    with pytest.raises(OptionsError, match=r"--logdir .* cannot take files"):
+        T.check_environment(options)
+    T.check_environment(RunOptions(profile=(1, 2), logdir=str(tmp_path / "ok")))
+    assert (tmp_path / "ok").is_dir() and not list((tmp_path / "ok").iterdir())
+
+
+def test_a_missing_tracker_is_refused_with_its_pip_line(monkeypatch):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "mlflow" else real(name, *a))
+    with pytest.raises(OptionsError, match=r"pip install 'jupyter-torchdist\[mlflow\]'"):
+        T.check_environment(RunOptions(track=("mlflow",)))
