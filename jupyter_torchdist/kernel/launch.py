@@ -102,7 +102,8 @@ def _attempts(d: ScheduledRun) -> RunResult:
             ranks.checkpoint, ranks.attempt, ranks.number = folder.where, len(failed) + 1, d.run.id
             ranks.carried = [a.line(options.max_restarts + 1) for a in failed]
             if d.recorder is not None:
-                ranks.tap, ranks.folder = d.recorder.tap, d.recorder.folder
+                ranks.tap, ranks.folder = d.recorder.tap, d.recorder.shown_folder
+                ranks.carried += [note] if (note := d.recorder.note()) else []
             started = time.time()
             try:
                 result = execute(d.payload, options, ranks, d.shown, filename=work.filename, source=work.source,

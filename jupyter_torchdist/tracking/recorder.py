@@ -116,6 +116,23 @@ class RunRecorder:
         self._reports = 0
         self.began = False
 
+    @property
+    def shown_folder(self) -> str | None:
+        """The run's folder as the view says it: relative to the notebook's folder when it is under it."""
+        if self.folder is None:
+            return None
+        here = os.getcwd()
+        return os.path.relpath(self.folder, here) if self.folder.startswith(here + os.sep) else self.folder
+
+    def note(self) -> str | None:
+        """What the view says of the run's record."""
+        said = []
+        if "mlflow" in self.options.track:
+            said.append(f"MLflow (experiment {experiment_name(self.options.experiment)!r})")
+        if "tensorboard" in self.options.track:
+            said.append(f"TensorBoard ({self.shown_folder})")
+        return f"recorded in {' and '.join(said)}" if said else None
+
     # -- the run's course ---------------------------------------------------------------------------------
     def begin(self) -> None:
         run, o = self.run, self.options

@@ -56,6 +56,10 @@ def test_live_rows_move_then_the_report_shows_the_value(lab: Lab) -> None:
     assert "'answer': 42" in cell.locator(".jp-OutputArea-executeResult").inner_text()
     assert report.locator(f"{ROW}[data-state='done']").count() == 2
     assert report.locator(".jp-TorchDist-steps").all_inner_texts() == ["40/40", "40/40"]
+    profile = report.locator(".jp-TorchDist-profile")   # --profile 5:8: where each rank's step time went
+    assert "is the slowest" in profile.locator("summary").inner_text()
+    assert [r.split("\t")[:2] for r in profile.locator("tbody tr").all_inner_texts()] == [["0", "5\u20137"],
+                                                                                           ["1", "5\u20137"]]
     lab.shot("report-succeeded", cell)
 
 

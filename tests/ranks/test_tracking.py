@@ -191,3 +191,30 @@ def test_a_sweep_is_a_parent_run_with_a_child_per_member_pruned_ones_tagged(serv
         assert (r.data.tags.get("jtd.pruned") == "true") == (r.data.tags["jtd.state"] == "pruned")
     assert parent.info.status == "FINISHED" and parent.data.tags["jtd.best"] == "lr=0.1"
     assert parent.data.metrics["best_loss"] == pytest.approx(s.best().result())
+
+
+def lightning_cell(steps: int = 5) -> str:
+    """Lightning's own MLflow logger, called on every rank as a LightningModule's self.log would."""
+    import os
+
+    from lightning.pytorch.loggers import MLFlowLogger
+
+    import jupyter_torchdist as jt
+
+    logger = MLFlowLogger(experiment_name="lightning", tracking_uri=os.environ["MLFLOW_TRACKING_URI"])
+    for step in range(steps):
+        logger.log_metrics({"own_loss": 1.0 / (step + 1)}, step=step)
+        jt.report(step=step, loss=1.0 / (step + 1))
+    logger.finalize("success")
+    return logger.run_id
+
+
+def test_lightnings_own_mlflow_logger_keeps_working_and_adds_no_run_per_rank(server):
+    pytest.importorskip("lightning")
+    theirs = jt.run(lightning_cell, n=2, local=True, track="mlflow", experiment="lightning")
+    assert jt.flush_tracking(60)
+    runs = {r.info.run_id: r for r in _runs("lightning")}
+    assert len(runs) == 2, [r.info.run_name for r in runs.values()]   # ours and Lightning's: not one per rank
+    assert "own_loss" in runs[theirs].data.metrics
+    [ours] = [r for r in runs.values() if r.info.run_id != theirs]
+    assert ours.data.tags["jtd.kind"] == "run" and "loss" in ours.data.metrics

@@ -32,8 +32,8 @@ MANY_SPEC = "steps=600,every=0.1,hosts=16,fail_rank=700,fail_at=30"  # what cell
 
 CELLS = [
     "%load_ext jupyter_torchdist",
-    # 1: a few seconds of progress with a loss, some output, a value
-    "%%distribute -n 2\n"
+    # 1: a few seconds of progress with a loss, some output, a value; steps 5 to 7 profiled
+    "%%distribute -n 2 --profile 5:8\n"
     "import time\n"
     "import jupyter_torchdist as jt\n"
     "steps = 40\n"
@@ -211,6 +211,7 @@ class Lab:
         self.page.evaluate(
             "(i) => { const app = window.jupyterapp; const nb = app.shell.currentWidget.content;"
             " nb.activeCellIndex = i; nb.deselectAll(); app.commands.execute('notebook:run-cell'); }", index)
+        self.cell(index).scroll_into_view_if_needed()  # a live view out of sight draws nothing until seen (widget.ts)
 
     def command(self, name: str) -> None:
         self.page.evaluate("(c) => window.jupyterapp.commands.execute(c)", name)
