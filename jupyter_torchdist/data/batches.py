@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..core import contract as C
 from ..core._pickle import dumps
+from ..rank.profiler import input_mark
 from . import DataError
 from .handles import DataFrameHandle
 
@@ -191,7 +192,8 @@ class RankData:
             self.first_at = time.monotonic()
         before, rows = epoch.feed.wait_s, epoch.feed.rows
         try:
-            batch = epoch.feed.take()
+            with input_mark():   # --profile: the wait counts as input in the rank's trace
+                batch = epoch.feed.take()
             epoch.taken += 1  # handed to the loop: a commit from here on counts it as read
             return batch
         finally:

@@ -2,7 +2,8 @@
 installation has and lacks, each finding with its fix, before any cell runs.
 
 It checks the kernel's Python (torch and its CUDA and NCCL, pyspark, cloudpickle, this package), Java for Spark,
-the JupyterLab / Notebook 7 extension as the running Jupyter finds it and the live view's built front end, and, when
+the JupyterLab / Notebook 7 extension as the running Jupyter finds it and the live view's built front end, the
+trackers (``--track``: a default one installed, records not yet sent), and, when
 the notebook has a SparkSession of its own, its executors: their Python and package versions against the kernel's,
 and whether they reach this machine, where the live channel listens. ``FAIL`` is what a run needs (exit status 1);
 ``WARN`` what limits it (no Java: runs go to local processes; no GPU: no ``--gpu``) unless ``--gpu`` asks for it.
@@ -174,8 +175,36 @@ def check_executors(session: Any) -> list[Finding]:
     return out
 
 
+def check_tracking() -> list[Finding]:
+    """The default tracker's package (``JUPYTER_TORCHDIST_TRACK``, ``%config DistributeMagics.track``) and runs'
+    records not yet sent (their server did not answer)."""
+    from importlib.util import find_spec
+
+    from ..core.errors import OptionsError
+    from ..core.track_options import MLFLOW_MISSING, TENSORBOARD_MISSING, default_trackers
+    from ..tracking.journal import journal_ids, spool_dir
+
+    try:
+        default = default_trackers()
+    except OptionsError as exc:
+        return [Finding("tracking", "fail", str(exc), "set it to mlflow, tensorboard, mlflow,tensorboard or none")]
+    out = []
+    for name, missing in (("mlflow", MLFLOW_MISSING), ("tensorboard", TENSORBOARD_MISSING)):
+        have = find_spec(name) is not None
+        wanted = name in default
+        detail = ("installed" if have else "not installed") + (" (every run tracks it by default)" if wanted else
+                                                               f" (only --track {name} needs it)")
+        out.append(Finding(f"--track {name}", "fail" if wanted and not have else "ok", detail,
+                           missing.split(": ", 1)[1].split(", then")[0] if wanted and not have else ""))
+    unsent = journal_ids(spool_dir())
+    if unsent:
+        out.append(Finding("tracking records", "warn", f"{len(unsent)} run record(s) not yet sent in {spool_dir()}",
+                           "their server did not answer; a kernel that loads the extension sends them when it does"))
+    return out
+
+
 def diagnose(gpu: bool = False, session: Any = None) -> list[Finding]:
-    findings = check_python() + check_gpu(gpu) + check_java() + check_front_end()
+    findings = check_python() + check_gpu(gpu) + check_java() + check_front_end() + check_tracking()
     if session is None:
         findings.append(Finding("executors", "ok", "no SparkSession of the notebook's: the embedded session (or "
                                 "local processes) runs on this machine"))

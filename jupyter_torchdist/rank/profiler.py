@@ -9,6 +9,7 @@ open), summarised here (``core.profile_summary``) and sent gzipped; the kernel w
 """
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import os
@@ -20,11 +21,25 @@ from ..core import contract as C
 from ..core.profile_summary import shares_of
 from ..core.track_options import AUTO_WINDOW
 
-__all__ = ["StepProfiler"]
+__all__ = ["StepProfiler", "input_mark"]
 
 AUTO_FROM: Final = 2        # --profile alone: start after this many reports ...
 AUTO_STEPS: Final = 3       # ... and profile this many steps
 MAX_TRACE_BYTES: Final = 64 << 20   # a larger gzipped trace stays on the rank's host (the note says where)
+
+
+class _Window:
+    open = False   # a window is being profiled on this rank now
+
+
+def input_mark() -> Any:
+    """Around a wait for data (``batches()``): marked in the trace while a window is open, counted as input;
+    nothing at all otherwise."""
+    if not _Window.open:
+        return contextlib.nullcontext()
+    from torch.profiler import record_function
+
+    return record_function("jupyter_torchdist.batches")
 
 
 class StepProfiler:
@@ -83,10 +98,12 @@ class StepProfiler:
         # step view of TensorBoard's profiler)
         self.prof = profile(activities=activities, schedule=lambda _: ProfilerAction.RECORD)
         self.prof.start()
+        _Window.open = True
         self.first = self.last = first
 
     def _end(self, note: str | None) -> None:
         self.done = True
+        _Window.open = False
         prof, self.prof = self.prof, None
         try:
             prof.stop()

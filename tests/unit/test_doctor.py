@@ -49,3 +49,22 @@ def test_a_missing_lab_extension_is_said_with_how_to_install_it(monkeypatch, tmp
 def test_an_unknown_argument_is_a_usage_error():
     done = _doctor("--cluster")
     assert done.returncode == 2 and "doctor takes only --gpu" in done.stderr
+
+
+def test_the_default_tracker_must_be_installed_and_unsent_records_are_said(monkeypatch, tmp_path):
+    import importlib.util
+
+    from jupyter_torchdist.core import track_options
+    from jupyter_torchdist.kernel.doctor import check_tracking
+    from jupyter_torchdist.tracking.journal import Journal
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setenv(track_options.TRACK_ENV, "mlflow")
+    track_options.configure_default(None)
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "mlflow" else real(name, *a))
+    found = {f.what: f for f in check_tracking()}
+    assert found["--track mlflow"].status == "fail" and "jupyter-torchdist[mlflow]" in found["--track mlflow"].fix
+    assert found["--track tensorboard"].status == "ok"
+    Journal(("mlflow",), None).release()   # a run's record a kernel left unsent
+    assert {f.what: f.status for f in check_tracking()}["tracking records"] == "warn"

@@ -41,3 +41,13 @@ def test_ranks_that_all_communicate_alike_are_judged_by_their_steps():
     assert verdict(ranks) == ("rank 1 is the slowest: 72% of its step time communicating (all-reduce and other "
                               "collectives)")
     assert verdict({}) is None
+
+
+def test_a_wait_in_batches_is_input_and_marked_only_while_a_window_is_open():
+    import contextlib
+
+    from jupyter_torchdist.rank import profiler
+
+    s = shares_of([_x("jupyter_torchdist.batches", 0, 30, "user_annotation"), _x("aten::mm", 30, 70)], 1)
+    assert (s["input"], s["compute"]) == (0.3, 0.7)
+    assert isinstance(profiler.input_mark(), contextlib.nullcontext)   # no window open: nothing is recorded
