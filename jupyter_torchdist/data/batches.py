@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any
 
 from ..core import contract as C
 from ..core._pickle import dumps
-from ..rank.profiler import input_mark
 from . import DataError
 from .handles import DataFrameHandle
 
@@ -188,6 +187,8 @@ class RankData:
         return epoch
 
     def take(self, epoch: _Epoch) -> dict[str, Any]:
+        from ..rank.profiler import input_mark  # on the rank only (the kernel never loads the rank runtime)
+
         if self.first_at is None:
             self.first_at = time.monotonic()
         before, rows = epoch.feed.wait_s, epoch.feed.rows
