@@ -56,14 +56,15 @@ def run_payload(payload: bytes, filename: str, source: str) -> tuple[str, Any]:
 class _Reporting:
     """While a cell runs: this process's output and report() go to the kernel."""
 
-    def __init__(self, client: RankClient, profile: tuple[int, int] | None = None, gpu: bool = False) -> None:
+    def __init__(self, client: RankClient, profile: tuple[int, int] | None = None, gpu: bool = False,
+                 max_bytes: int = 0) -> None:
         from .output import FdCapture
 
         self.capture = FdCapture(client.post_log)
         rank_api._sink.post = client.post_progress
         self.profiler: StepProfiler | None = None
         if profile is not None:
-            self.profiler = StepProfiler(profile, gpu, client.post)
+            self.profiler = StepProfiler(profile, gpu, client.post, max_bytes)
             rank_api._sink.step = self.profiler.on_report
             self.profiler.begin_cell()
 
@@ -146,7 +147,7 @@ def _begin_cell(cell: int) -> None:
 
 
 def _one_shot(plan: RunPlan, rank: int, store: Any, device: str, client: RankClient) -> C.FinalMessage:
-    reporting = _Reporting(client, plan.profile, plan.gpu)
+    reporting = _Reporting(client, plan.profile, plan.gpu, plan.max_value_bytes)
     outcome: tuple[str, Any]
     at = time.time()
     try:

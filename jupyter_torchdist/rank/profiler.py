@@ -45,7 +45,9 @@ def input_mark() -> Any:
 class StepProfiler:
     """Counts reports; profiles the window; sends what it saw once."""
 
-    def __init__(self, window: tuple[int, int], gpu: bool, send: Callable[[C.ProfileMsg], None]) -> None:
+    def __init__(self, window: tuple[int, int], gpu: bool, send: Callable[[C.ProfileMsg], None],
+                 max_bytes: int = MAX_TRACE_BYTES) -> None:
+        self.max_bytes = min(max_bytes, MAX_TRACE_BYTES)   # the channel's frame limit follows --max-value-mb
         self.auto = window == AUTO_WINDOW
         self.start, self.stop = window
         self.gpu, self.send = gpu, send
@@ -116,7 +118,7 @@ class StepProfiler:
                        "shares": {"span_s": 0.0, "steps": 0, "input": 0.0, "compute": 0.0, "comm": 0.0, "other": 0.0}})
             return
         sent: bytes | None = packed
-        if len(packed) > MAX_TRACE_BYTES:
+        if len(packed) > self.max_bytes:
             sent, note = None, (f"the trace ({len(packed) / 1e6:.0f} MB gzipped) is too large to send; profile fewer "
                                 "steps")
         self.send({"t": C.PROFILE, "first": self.first, "last": self.last, "shares": shares, "trace": sent,
