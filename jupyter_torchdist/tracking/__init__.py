@@ -24,9 +24,9 @@ def recorder_for(run: Any, work: Any, options: RunOptions, parent: SweepRecorder
 
 
 def sweep_recorder(options: RunOptions, title: str) -> SweepRecorder | None:
+    """The sweep's parent record, begun (its environment was checked with the sweep's options)."""
     if not options.track and options.profile is None:
         return None
-    check_environment(options)
     recorder = SweepRecorder(options, title)
     recorder.begin()
     return recorder

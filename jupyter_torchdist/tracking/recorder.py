@@ -10,6 +10,7 @@ for a tracker.
 """
 from __future__ import annotations
 
+import html
 import math
 import os
 import statistics
@@ -212,8 +213,9 @@ class RunRecorder:
             out.append([path, None])
 
         if state is not None and snap is not None:
-            keep("report.html", f"<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>{_escape(snap['title'])}"
-                 f"</title></head><body>\n{html_of(snap)}\n</body></html>\n")
+            title = html.escape(snap["title"])
+            keep("report.html", f"<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>{title}</title></head>"
+                 f"<body>\n{html_of(snap)}\n</body></html>\n")
             if state.value_repr is not None:
                 keep("value.txt", state.value_repr + "\n")
         if getattr(self.work, "source", ""):
@@ -224,12 +226,6 @@ class RunRecorder:
     def _append(self, record: dict[str, Any]) -> None:
         if self.journal is not None:
             self.journal.append(record)
-
-
-def _escape(text: str) -> str:
-    import html
-
-    return html.escape(text)
 
 
 def _rates(state: Any, ms: int) -> list[list[Any]]:

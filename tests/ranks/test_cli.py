@@ -115,3 +115,20 @@ def test_horovod_script_under_horovodrun_spelling(tmp_path):
     assert "(size 2, local size 2)" in out.stdout
     saved = torch.load(checkpoint)
     assert saved["epoch"] == 1 and len(saved["losses"]) == 16 and set(saved["model"]) >= {"conv1.weight", "fc2.bias"}
+
+
+def test_a_tracked_script_has_its_record_written_before_the_command_exits(tmp_path):
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    script = tmp_path / "report.py"
+    script.write_text("import jupyter_torchdist as jt\n"
+                      "for step in range(5):\n    jt.report(step=step, loss=1.0 / (step + 1))\n")
+    done = subprocess.run([sys.executable, "-m", "jupyter_torchdist", "-n", "2", "--local", "--track", "tensorboard",
+                           "--logdir", str(tmp_path / "runs"), str(script)], capture_output=True, text=True,
+                          timeout=120, env=dict(os.environ, PYTHONPATH=ROOT, XDG_CACHE_HOME=str(tmp_path / "cache")))
+    assert done.returncode == 0, done.stderr
+    [folder] = (tmp_path / "runs").iterdir()
+    events = EventAccumulator(str(folder))
+    events.Reload()
+    assert [e.step for e in events.Scalars("loss")] == [0, 1, 2, 3, 4]

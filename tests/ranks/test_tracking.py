@@ -17,6 +17,7 @@ import jupyter_torchdist as jt
 from jupyter_torchdist.tracking import shipper as shipping
 
 from ..support.mlflow_server import MlflowServer
+from .test_sweep_search import toy   # a loss lowest at lr = 0.1, steps long enough for the rule to judge
 
 pytest.importorskip("mlflow")
 pytest.importorskip("tensorboard")
@@ -158,29 +159,10 @@ def test_a_server_stopped_mid_run_loses_nothing(server, tmp_path, capfd):
     assert record.info.status == "FINISHED" and record.data.tags["jtd.state"] == "done"
 
 
-def toy(lr: float, steps: int = 10, nap: float = 0.1) -> float:
-    """A loss that falls with the steps and is lowest at lr = 0.1 (steps long enough for the rule's judge, which
-    sees a member's frames about four times a second, to stop the worse ones before they end)."""
-    import math
-    import time
-
-    import torch.distributed as dist
-
-    import jupyter_torchdist as jt
-
-    loss = 0.0
-    for step in range(1, steps + 1):
-        loss = (1.0 + abs(math.log10(lr) + 1.0)) / step
-        dist.barrier()
-        jt.report(step=step, loss=loss)
-        time.sleep(nap)
-    return loss
-
-
-def test_a_sweep_is_a_parent_run_with_a_child_per_member_pruned_ones_tagged(server):
+def test_a_sweep_is_a_parent_run_with_a_child_per_member_pruned_ones_tagged(server, tmp_path):
     lrs = [0.1, 10.0, 1e-4, 1.0]
-    s = jt.sweep(toy, {"lr": lrs}, n=2, local=True, concurrent=2, early_stop="asha", grace=2, track="mlflow",
-                 experiment="swept")
+    s = jt.sweep(toy, {"lr": lrs}, str(tmp_path), n=2, local=True, concurrent=2, early_stop="asha", grace=2,
+                 track="mlflow", experiment="swept")
     assert s.wait(180)
     assert jt.flush_tracking(60)
     runs = _runs("swept")

@@ -121,3 +121,33 @@ def test_a_journal_another_live_kernel_holds_is_left_alone(tmp_path):
 def test_metric_records_of_one_run_go_in_one_call(records, calls):
     grouped = list(S._groups(iter([(r, i) for i, r in enumerate(records)])))
     assert [len(g) for g, _ in grouped] == calls
+
+
+def test_a_kernel_that_loads_the_extension_sends_what_an_earlier_one_left(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(S._One, "shipper", None)
+    S.resume()
+    assert S._One.shipper is None   # nothing left: no shipper, no thread
+    Journal(("mlflow",), None, os.path.join(tmp_path, "jupyter-torchdist", "tracking")).release()
+    S.resume()
+    assert S._One.shipper is not None and S._One.shipper.spool.startswith(str(tmp_path))
+    _made.append(S._One.shipper)
+
+
+def test_the_notebooks_config_sets_the_default_tracker(monkeypatch):
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from jupyter_torchdist.core import track_options
+    from jupyter_torchdist.core.options import parse_options
+    from jupyter_torchdist.kernel.magic import DistributeMagics
+
+    monkeypatch.delenv(track_options.TRACK_ENV, raising=False)
+    magics = DistributeMagics(shell=InteractiveShell.instance())
+    try:
+        magics.track = "mlflow,tensorboard"   # %config DistributeMagics.track = "mlflow,tensorboard"
+        assert parse_options("-n 2").track == ("mlflow", "tensorboard")
+        magics.track = ""
+        assert parse_options("-n 2").track == ()
+    finally:
+        track_options.configure_default(None)
+        InteractiveShell.clear_instance()

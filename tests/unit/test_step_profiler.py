@@ -1,0 +1,71 @@
+"""--profile's window on a rank: torch.profiler runs for exactly the steps asked (the real profiler, in process), and a
+window cut short, never reached or too large to send says so; the supervisor survives a recorder that fails."""
+from __future__ import annotations
+
+import gzip
+import json
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from jupyter_torchdist.core import contract as C
+from jupyter_torchdist.core.track_options import AUTO_WINDOW
+from jupyter_torchdist.rank import profiler as P
+
+
+def _loop(prof: P.StepProfiler, steps: int) -> None:
+    x = torch.randn(32, 32)
+    for step in range(steps):
+        x = torch.tanh(x @ x)
+        prof.on_report(step)
+
+
+def test_the_window_profiles_exactly_its_steps_and_sends_one_trace():
+    sent: list = []
+    prof = P.StepProfiler((2, 5), False, sent.append)
+    _loop(prof, 8)
+    prof.close()
+    [msg] = sent
+    assert msg["t"] == C.PROFILE and (msg["first"], msg["last"], msg["shares"]["steps"]) == (2, 4, 3)
+    assert msg["note"] is None and msg["shares"]["compute"] > 0
+    names = {e.get("name", "") for e in json.loads(gzip.decompress(msg["trace"]))["traceEvents"]}
+    assert any(n.startswith("ProfilerStep#") for n in names) and "aten::tanh" in names
+    assert not P._Window.open
+
+
+def test_alone_it_profiles_three_steps_from_the_second_report():
+    sent: list = []
+    prof = P.StepProfiler(AUTO_WINDOW, False, sent.append)
+    _loop(prof, 10)
+    assert (sent[0]["first"], sent[0]["last"], sent[0]["shares"]["steps"]) == (2, 4, 3)
+
+
+@pytest.mark.parametrize("window, steps, note", [
+    ((2, 50), 5, "the cell ended at step 4 before the window's end"),
+    ((20, 30), 3, "nothing profiled: the cell ended after 3 report() calls, before step 20"),
+])
+def test_a_window_cut_short_or_never_reached_says_so(window, steps, note):
+    sent: list = []
+    prof = P.StepProfiler(window, False, sent.append)
+    _loop(prof, steps)
+    prof.close()
+    assert [m["note"] for m in sent] == [note]
+
+
+def test_a_trace_over_the_frame_limit_is_not_sent_and_the_note_says_why():
+    sent: list = []
+    prof = P.StepProfiler((1, 3), False, sent.append, max_bytes=10)
+    _loop(prof, 4)
+    assert sent[0]["trace"] is None and "too large to send" in sent[0]["note"] and sent[0]["shares"]["steps"] == 2
+
+
+def test_a_recorder_that_fails_is_said_once_and_never_costs_the_run():
+    from jupyter_torchdist.kernel.supervisor import Supervisor
+
+    def broken(_ev):
+        raise OSError("disk full")
+
+    sup = SimpleNamespace(tap=broken, state=SimpleNamespace(notes=[]))
+    Supervisor._record(sup, SimpleNamespace(rank=0, msg={"t": C.PROGRESS}))
+    assert sup.tap is None and sup.state.notes == ["warning: the run's record stopped: OSError: disk full"]
