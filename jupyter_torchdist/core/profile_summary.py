@@ -134,4 +134,8 @@ def verdict(ranks: Mapping[int, Mapping[str, Any]]) -> str | None:
     if waited:
         mean = sum(float(s.get("comm", 0.0)) for s in others) / len(others)
         line += f"; the others wait for it ({mean:.0%} of their time in collectives)"
+    elif why == "comm" and others:   # nobody is waited for: the collectives themselves take the time
+        low, high = (f"{f(s.get('comm', 0.0) for s in ranks.values()):.0%}" for f in (min, max))
+        line += (f"; every rank alike ({low if low == high else f'{low}-{high}'}): the collectives themselves take "
+                 "the time, no rank holds the others up")
     return line

@@ -56,6 +56,7 @@ class Run:
         self._details: RunResult | None = None
         self._ending: tuple[str, str] | None = None   # a sweep's own end for it: ("pruned" | "failed", why)
         self.recorded: Callable[[], None] | None = None   # ends the run's record, once its outcome is set
+        self.record_key: str | None = None   # its MLflow record's key (--track mlflow)
 
     # -- what the notebook asks ----------------------------------------------------------------------
     @property
@@ -67,6 +68,17 @@ class Run:
     def details(self) -> RunResult | None:
         """The ended run's ``RunResult`` (every rank's value, state and log; ``.report()``), failed runs too."""
         return self._details
+
+    @property
+    def mlflow_run_id(self) -> str | None:
+        """The MLflow run this run is recorded in (``--track mlflow``): its id once the tracking server has it
+        (records go every few seconds, and wait while the server is down; ``flush_tracking()`` waits for them),
+        None before, or when the run is not tracked in MLflow."""
+        if self.record_key is None:
+            return None
+        from ..tracking.shipper import mlflow_run_id
+
+        return mlflow_run_id(self.record_key)
 
     @property
     def error(self) -> BaseException | None:

@@ -120,6 +120,16 @@ class Sweep:
             raise ValueError(f"mode must be 'min' or 'max', got {mode!r}")
         return best_member(self.rows(), self.runs, self.past, metric, mode, self.names)
 
+    @property
+    def mlflow_run_id(self) -> str | None:
+        """The sweep's parent run in MLflow (``--track mlflow``; each member's is its ``Run.mlflow_run_id``): its id
+        once the tracking server has it, None before, or when the sweep is not tracked in MLflow."""
+        if self.recorder is None or "mlflow" not in self.options.track:
+            return None
+        from ..tracking.shipper import mlflow_run_id
+
+        return mlflow_run_id(self.recorder.key)
+
     def stop(self) -> int:
         """Stop every member not yet ended (queued ones never start, none is drawn any more). Returns how many
         were stopped."""

@@ -1,7 +1,7 @@
 """Runs on record: MLflow and TensorBoard tracking (``--track``) and ``--profile``'s traces, from the kernel.
 
 ``recorder_for`` gives a run its recorder (``recorder.py``) when it is tracked or profiled, after the environment
-was checked (``core.track_options.check_environment``: before any rank starts); ``flush`` waits for the records to
+was checked (``check_environment``: before any rank starts); ``flush`` waits for the records to
 reach their trackers.
 """
 from __future__ import annotations
@@ -9,11 +9,21 @@ from __future__ import annotations
 from typing import Any
 
 from ..core.options import RunOptions
-from ..core.track_options import check_environment
+from ..core.track_options import check_environment as check_installed
+from .mlflow_sink import check_store
+from .names import tracking_uri
 from .recorder import RunRecorder, SweepRecorder
 from .shipper import flush
 
 __all__ = ["recorder_for", "sweep_recorder", "flush", "RunRecorder", "SweepRecorder", "check_environment"]
+
+
+def check_environment(options: RunOptions) -> None:
+    """Before any rank starts: the trackers are installed, the log folder takes files, and MLflow takes the store
+    the notebook points it at (a local file store MLflow refuses is said now, not after the run)."""
+    check_installed(options)
+    if "mlflow" in options.track:
+        check_store(tracking_uri())
 
 
 def recorder_for(run: Any, work: Any, options: RunOptions, parent: SweepRecorder | None = None) -> RunRecorder | None:

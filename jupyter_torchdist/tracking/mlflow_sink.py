@@ -9,7 +9,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Final
 
-__all__ = ["MlflowSink", "Down"]
+from ..core.errors import OptionsError
+
+__all__ = ["MlflowSink", "Down", "check_store"]
 
 PARAM_CHARS: Final = 6000   # MLflow's limit on a parameter's value
 METRICS_PER_CALL: Final = 1000
@@ -20,11 +22,28 @@ class Down(Exception):
     """The tracking server does not answer (the records stay in the journal)."""
 
 
+def check_store(uri: str | None) -> None:
+    """A local file store (``MLFLOW_TRACKING_URI=./mlruns`` or ``file:...``) is one MLflow itself may refuse (MLflow 3
+    does unless ``MLFLOW_ALLOW_FILE_STORE=true``): ask it now, so the run does not train for a record nobody takes.
+    Servers and databases are not asked (a server that is down is waited for; the run goes on)."""
+    from urllib.parse import urlparse
+
+    if not uri or uri.startswith(("databricks", "uc")) or urlparse(uri).scheme not in ("", "file"):
+        return
+    from mlflow.tracking import MlflowClient
+
+    try:
+        MlflowClient(tracking_uri=uri)
+    except Exception as exc:
+        raise OptionsError(f"--track mlflow: MLflow does not take the tracking store {uri!r}: {exc}") from None
+
+
 class MlflowSink:
     name = "mlflow"
 
     def __init__(self) -> None:
         self._clients: dict[str | None, Any] = {}
+        self.created: dict[str, str] = {}   # record key -> MLflow run id, for the kernel's Run handles
 
     def where(self, uri: str | None) -> str:
         if uri:
@@ -91,7 +110,7 @@ class MlflowSink:
             tags["mlflow.parentRunId"] = ids[parent]
         run = client.create_run(_experiment(client, rec["experiment"]), start_time=int(rec["at"]), tags=tags,
                                 run_name=rec.get("name"))
-        ids[rec["key"]] = run.info.run_id
+        ids[rec["key"]] = self.created[rec["key"]] = run.info.run_id
         params = [Param(str(k)[:250], str(v)[:PARAM_CHARS]) for k, v in (rec.get("params") or {}).items()]
         for i in range(0, len(params), PARAMS_PER_CALL):
             client.log_batch(run.info.run_id, params=params[i:i + PARAMS_PER_CALL])

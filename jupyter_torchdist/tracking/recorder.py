@@ -3,7 +3,7 @@
 ``RunRecorder`` follows one run: ``begin`` when its turn comes (the options, a sweep member's values), ``tap`` for
 every message of its ranks (rank 0's ``report(...)`` numbers by step; each rank's ``--profile`` trace, written
 under the run's folder), ``end`` once its handle has its outcome (state, ranks, hosts, backend, the error's first
-line, the ranks' step rates, the saved report, the cell's source and the value's text). ``SweepRecorder`` is a
+line, the ranks' step rates, the saved report, the code that ran and the value's text). ``SweepRecorder`` is a
 sweep's parent record; its members' records name it. Every record goes into a journal on local disk first
 (``journal.py``) and reaches MLflow and TensorBoard from the shipper's thread (``shipper.py``): the run never waits
 for a tracker.
@@ -11,6 +11,7 @@ for a tracker.
 from __future__ import annotations
 
 import html
+import inspect
 import math
 import os
 import statistics
@@ -113,6 +114,8 @@ class RunRecorder:
         if options.track:
             self.journal = (parent.journal if parent is not None
                             else shipper().open_journal(options.track, tracking_uri()))
+        if "mlflow" in options.track:
+            run.record_key = self.key   # its handle's mlflow_run_id
         self.traces: list[str] = []
         self._reports = 0
         self.began = False
@@ -218,14 +221,32 @@ class RunRecorder:
                  f"<body>\n{html_of(snap)}\n</body></html>\n")
             if state.value_repr is not None:
                 keep("value.txt", state.value_repr + "\n")
-        if getattr(self.work, "source", ""):
-            keep("cell.py", self.work.source if self.work.source.endswith("\n") else self.work.source + "\n")
+        for name, text in _code(self.work):
+            keep(name, text if text.endswith("\n") else text + "\n")
         out += [[path, "profile"] for path in self.traces]
         return out
 
     def _append(self, record: dict[str, Any]) -> None:
         if self.journal is not None:
             self.journal.append(record)
+
+
+def _code(work: Any) -> list[tuple[str, str]]:
+    """What ran, as files: a cell's source (``cell.py``), a script under its own name (as it was read when the run
+    began: ``rank.script.Script``), else a function's own source (``source.py``) when Python can find it. Nothing of
+    this package's own wrappers."""
+    if getattr(work, "source", ""):
+        return [("cell.py", work.source)]
+    fn = getattr(work, "fn", None)
+    path, source = getattr(fn, "path", None), getattr(fn, "source", None)
+    if isinstance(path, str) and isinstance(source, str):
+        return [(os.path.basename(path), source)]
+    if not inspect.isfunction(fn) or str(getattr(fn, "__module__", "")).startswith("jupyter_torchdist"):
+        return []
+    try:
+        return [("source.py", inspect.getsource(fn))]
+    except (OSError, TypeError):
+        return []   # defined where Python keeps no source
 
 
 def _rates(state: Any, ms: int) -> list[list[Any]]:

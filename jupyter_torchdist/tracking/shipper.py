@@ -21,7 +21,7 @@ from .journal import Journal, journal_ids, load_state, read_records, save_state,
 from .mlflow_sink import Down, MlflowSink
 from .tb_sink import TensorBoardSink
 
-__all__ = ["Shipper", "shipper", "flush", "resume"]
+__all__ = ["Shipper", "shipper", "flush", "resume", "mlflow_run_id"]
 
 # How often a run's new records are sent while it trains (its end wakes the shipper at once): a few calls a run, not
 # one a step, so even a server on the ranks' own host costs them little.
@@ -239,6 +239,13 @@ def resume() -> None:
     """A kernel starting: journals an earlier kernel left unsent are sent from now on (no shipper without any)."""
     if journal_ids(spool_dir()):
         shipper()
+
+
+def mlflow_run_id(key: str) -> str | None:
+    """The MLflow run made for the record ``key`` by this kernel's shipper; None until the server has it."""
+    one = _One.shipper
+    sink = None if one is None else one.sinks.get("mlflow")
+    return None if not isinstance(sink, MlflowSink) else sink.created.get(key)
 
 
 def flush(timeout: float = 30.0) -> bool:

@@ -1,6 +1,7 @@
-"""Runs on record, with real components: a real ``mlflow server`` (SQLite store) on loopback, TensorBoard's own
-event reader on the files written, ``torch.profiler``'s trace loaded back; real ranks (local processes: the record is
-the kernel's, the same on every backend). The server is also stopped mid-run: nothing may be lost."""
+"""Runs on record, with real components: a real ``mlflow server`` (SQLite store) on loopback, MLflow's file store,
+TensorBoard's own event reader on the files written, ``torch.profiler``'s trace loaded back; real ranks (local
+processes: the record is the kernel's, the same on every backend). The server is also stopped mid-run: nothing may be
+lost."""
 from __future__ import annotations
 
 import gzip
@@ -14,6 +15,7 @@ import cloudpickle
 import pytest
 
 import jupyter_torchdist as jt
+from jupyter_torchdist.core.errors import OptionsError
 from jupyter_torchdist.tracking import shipper as shipping
 
 from ..support.mlflow_server import MlflowServer
@@ -157,6 +159,7 @@ def test_a_server_stopped_mid_run_loses_nothing(server, tmp_path, capfd):
     history = sorted({(m.step, m.value) for m in _client().get_metric_history(record.info.run_id, "loss")})
     assert history == [(step, pytest.approx(loss)) for step, loss in enumerate(losses)]
     assert record.info.status == "FINISHED" and record.data.tags["jtd.state"] == "done"
+    assert run.mlflow_run_id == record.info.run_id   # the handle names its record
 
 
 def test_a_sweep_is_a_parent_run_with_a_child_per_member_pruned_ones_tagged(server, tmp_path):
@@ -175,6 +178,56 @@ def test_a_sweep_is_a_parent_run_with_a_child_per_member_pruned_ones_tagged(serv
         assert (r.data.tags.get("jtd.pruned") == "true") == (r.data.tags["jtd.state"] == "pruned")
     assert parent.info.status == "FINISHED" and parent.data.tags["jtd.best"] == "lr=0.1"
     assert parent.data.metrics["best_loss"] == pytest.approx(s.best().result())
+    assert s.mlflow_run_id == parent.info.run_id
+    assert sorted(r.mlflow_run_id for r in s.runs) == sorted(r.info.run_id for r in children)
+
+
+def test_mlflows_file_store_is_asked_before_the_run_and_takes_the_record_when_mlflow_allows_it(server, tmp_path,
+                                                                                              monkeypatch):
+    from mlflow.tracking import MlflowClient
+
+    store = (tmp_path / "mlruns").as_uri()
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", store)
+    monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)
+    before = len(jt.runs())
+    with pytest.raises(OptionsError, match="MLFLOW_ALLOW_FILE_STORE"):   # MLflow 3 refuses it unless allowed
+        jt.run(train, n=2, local=True, track="mlflow", experiment="filed", steps=6, slow_rank=None)
+    assert len(jt.runs()) == before   # refused before any rank started
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    run = jt.run(train, n=2, local=True, background=True, track="mlflow", experiment="filed", steps=6,
+                 slow_rank=None)
+    losses = run.result(timeout=120)
+    assert jt.flush_tracking(60)
+    client = MlflowClient(store)
+    [record] = client.search_runs([client.get_experiment_by_name("filed").experiment_id])
+    assert record.info.run_id == run.mlflow_run_id and record.info.status == "FINISHED"
+    history = sorted((m.step, m.value) for m in client.get_metric_history(record.info.run_id, "loss"))
+    assert history == [(step, pytest.approx(loss)) for step, loss in enumerate(losses)]
+    assert {"report.html", "source.py", "value.txt"} <= {a.path for a in client.list_artifacts(record.info.run_id)}
+    source = Path(client.download_artifacts(record.info.run_id, "source.py", str(tmp_path))).read_text()
+    assert source.startswith("def train(")   # run(fn): the function's own source
+
+
+def all_reducing(steps: int = 12, floats: int = 6_000_000) -> None:
+    """Every step a large all-reduce (24 MB) beside a little compute: what a big model's gradients cost on gloo."""
+    import torch
+    import torch.distributed as dist
+
+    import jupyter_torchdist as jt
+
+    grads = torch.zeros(floats)
+    for step in range(steps):
+        torch.randn(64, 64) @ torch.randn(64, 64)
+        dist.all_reduce(grads)
+        jt.report(step=step, total=steps)
+
+
+def test_ranks_slowed_by_a_large_all_reduce_are_named_as_communicating(tmp_path):
+    result = jt.run_detailed(all_reducing, n=2, local=True, profile="3:8", logdir=str(tmp_path / "runs"))
+    profile = result.state.snapshot()["profile"]
+    assert "communicating (all-reduce and other collectives); every rank alike" in profile["verdict"], profile
+    for row in profile["ranks"]:
+        assert row["comm"] > 0.5 and row["comm"] > row["compute"] + row["input"], row
 
 
 def lightning_cell(steps: int = 5) -> str:
@@ -202,3 +255,51 @@ def test_lightnings_own_mlflow_logger_keeps_working_and_adds_no_run_per_rank(ser
     assert "own_loss" in runs[theirs].data.metrics
     [ours] = [r for r in runs.values() if r.info.run_id != theirs]
     assert ours.data.tags["jtd.kind"] == "run" and "loss" in ours.data.metrics
+
+
+def transformers_cell(steps: int = 4) -> str:
+    """A Hugging Face Trainer reporting to MLflow with its own callback (``report_to=["mlflow"]``), on every rank."""
+    import os
+    import tempfile
+
+    import mlflow
+    import torch
+    from transformers import Trainer, TrainingArguments
+
+    class Regression(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = torch.nn.Linear(8, 1)
+
+        def forward(self, x, labels=None):
+            return {"loss": torch.nn.functional.mse_loss(self.net(x), labels)}
+
+    class Points(torch.utils.data.Dataset):
+        def __len__(self) -> int:
+            return 64
+
+        def __getitem__(self, i: int):
+            x = torch.randn(8, generator=torch.Generator().manual_seed(i))
+            return {"x": x, "labels": x.sum(0, keepdim=True)}
+
+    os.environ["MLFLOW_EXPERIMENT_NAME"] = "transformers"
+    args = TrainingArguments(output_dir=tempfile.mkdtemp(), per_device_train_batch_size=8, max_steps=steps,
+                             logging_steps=1, report_to=["mlflow"], save_strategy="no", use_cpu=True)
+    Trainer(model=Regression(), args=args, train_dataset=Points()).train()
+    last = mlflow.last_active_run()   # the Trainer's, on the rank that logged (world process zero)
+    return last.info.run_id if last is not None else ""
+
+
+def test_transformers_own_mlflow_callback_keeps_working_and_adds_no_run_per_rank(server):
+    pytest.importorskip("transformers")
+    theirs = jt.run_detailed(transformers_cell, n=2, local=True, track="mlflow", experiment="transformers",
+                             all_ranks=True)
+    trainers, others = theirs.value   # rank 0's run id (the Trainer's), and rank 1's
+    assert jt.flush_tracking(60)
+    runs = {r.info.run_id: r for r in _runs("transformers")}
+    assert len(runs) == 2, [r.info.run_name for r in runs.values()]   # ours and the Trainer's: not one per rank
+    assert others == ""   # the other rank made no run
+    trainer_run = runs[trainers]
+    assert "loss" in trainer_run.data.metrics and "jtd.kind" not in trainer_run.data.tags
+    [ours] = [r for r in runs.values() if r.info.run_id != trainers]
+    assert ours.data.tags["jtd.kind"] == "run" and ours.data.tags["jtd.state"] == "done"

@@ -39,7 +39,10 @@ def test_ranks_that_all_communicate_alike_are_judged_by_their_steps():
              1: {"input": 0.0, "compute": 0.2, "comm": 0.72, "other": 0.08, "step_s": 0.21, "steps": 3}}
     assert slowest(ranks) == 1
     assert verdict(ranks) == ("rank 1 is the slowest: 72% of its step time communicating (all-reduce and other "
-                              "collectives)")
+                              "collectives); every rank alike (70%-72%): the collectives themselves take the time, "
+                              "no rank holds the others up")
+    computing = {r: {**s, "compute": s["comm"], "comm": s["compute"]} for r, s in ranks.items()}
+    assert verdict(computing) == "rank 1 is the slowest: 72% of its step time computing"
     assert verdict({}) is None
 
 

@@ -85,3 +85,17 @@ def test_a_missing_tracker_is_refused_with_its_pip_line(monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "mlflow" else real(name, *a))
     with pytest.raises(OptionsError, match=r"pip install 'jupyter-torchdist\[mlflow\]'"):
         T.check_environment(RunOptions(track=("mlflow",)))
+
+
+def test_only_a_folder_store_is_asked_before_the_run(tmp_path, monkeypatch):
+    pytest.importorskip("mlflow")
+    from jupyter_torchdist.tracking.mlflow_sink import check_store
+
+    monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)
+    for uri in (None, "http://127.0.0.1:9", "databricks", f"sqlite:///{tmp_path / 'm.db'}"):
+        check_store(uri)   # servers and databases are not asked (one that is down is waited for)
+    assert not (tmp_path / "m.db").exists()
+    with pytest.raises(OptionsError, match=r"does not take the tracking store .*MLFLOW_ALLOW_FILE_STORE"):
+        check_store(str(tmp_path / "mlruns"))   # MLflow 3 refuses a folder store unless allowed
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    check_store((tmp_path / "mlruns").as_uri())
