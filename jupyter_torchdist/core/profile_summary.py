@@ -122,20 +122,30 @@ def slowest(ranks: Mapping[int, Mapping[str, Any]]) -> int | None:
 
 
 def verdict(ranks: Mapping[int, Mapping[str, Any]]) -> str | None:
-    """One line: the slowest rank and why, for the view and the report."""
+    """One line: the slowest rank and why, for the view and the report. When even the slowest rank spends most of
+    its step in collectives, the collectives themselves are the cost (a large all-reduce, a slow network), whatever
+    else holds the others up as well."""
     rank = slowest(ranks)
     if rank is None:
         return None
     own = ranks[rank]
     others = [s for r, s in ranks.items() if r != rank]
-    waited = others and min(float(s.get("comm", 0.0)) for s in others) - float(own.get("comm", 0.0)) >= _EVEN
-    why = _largest(own, ("input", "compute", "other") if waited else KINDS)
-    line = f"rank {rank} is the slowest: {float(own.get(why, 0.0)):.0%} of its step time {KIND_WORDS[why]}"
+    waited = bool(others) and min(_share(s, "comm") for s in others) - _share(own, "comm") >= _EVEN
+    rest = _largest(own, ("input", "compute", "other"))
+    head = f"rank {rank} is the slowest: "
+    if others and _largest(own) == "comm":
+        low, high = (f"{f(_share(s, 'comm') for s in ranks.values()):.0%}" for f in (min, max))
+        line = (f"{head}{_share(own, 'comm'):.0%} of its step time {KIND_WORDS['comm']}; every rank "
+                f"{low if low == high else f'{low}-{high}'} in collectives: the collectives themselves take the time")
+        return line + (f"; the others also wait for it: {_share(own, rest):.0%} of its step time {KIND_WORDS[rest]}"
+                       if waited else ", no rank holds the others up")
+    why = rest if waited else _largest(own)
+    line = f"{head}{_share(own, why):.0%} of its step time {KIND_WORDS[why]}"
     if waited:
-        mean = sum(float(s.get("comm", 0.0)) for s in others) / len(others)
+        mean = sum(_share(s, "comm") for s in others) / len(others)
         line += f"; the others wait for it ({mean:.0%} of their time in collectives)"
-    elif why == "comm" and others:   # nobody is waited for: the collectives themselves take the time
-        low, high = (f"{f(s.get('comm', 0.0) for s in ranks.values()):.0%}" for f in (min, max))
-        line += (f"; every rank alike ({low if low == high else f'{low}-{high}'}): the collectives themselves take "
-                 "the time, no rank holds the others up")
     return line
+
+
+def _share(shares: Mapping[str, Any], kind: str) -> float:
+    return float(shares.get(kind, 0.0) or 0.0)

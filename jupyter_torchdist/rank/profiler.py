@@ -3,7 +3,10 @@
 The window is counted in the step numbers the cell gives ``report(step=...)`` (in calls when it gives none): the
 report of step START-1 ends the step before the window, so profiling starts there, and the report of step STOP-1
 ends it (``--profile 5:10`` profiles steps 5 to 9). Alone, ``--profile`` profiles three steps from the second
-report on, past the first step's warm-up. Outside the window nothing runs: no profiler, no hook beyond a counter.
+report on, past the first step's warm-up. The profiler starts one step before the window where it can (the report
+of step START-2), in torch's warm-up state: its own start (about a second in a fresh process) and the ranks drifting
+apart meanwhile fall in that step, which is not kept, so the window's first all-reduce is not charged with them.
+Outside the window and that step nothing runs: no profiler, no hook beyond a counter.
 The trace is exported as ``torch.profiler`` writes it (Chrome trace JSON, what TensorBoard's profiler and Perfetto
 open), summarised here (``core.profile_summary``) and sent gzipped; the kernel writes it under the run's folder.
 """
@@ -55,21 +58,27 @@ class StepProfiler:
         self.steps = 0
         self.first = self.last = 0
         self.prof: Any = None
+        self.recording = False   # past the warm-up step: the window's steps are being kept
+        self._action: Any = None   # what the schedule answers torch.profiler (warm-up, then record)
         self.done = False
 
     def begin_cell(self) -> None:
-        """A window from step 0 starts with the cell's code."""
+        """A window from step 0 starts with the cell's code; one from step 1 warms up on step 0."""
         if not self.auto and self.start == 0:
             self._begin(0)
+        elif not self.auto and self.start == 1:
+            self._warm_up()
 
     def on_report(self, step: int | None) -> None:
         if self.done:
             return
         n = step if isinstance(step, int) and not isinstance(step, bool) else self.calls
         self.calls += 1
-        if self.prof is None:
+        if not self.recording:
             if (self.calls == AUTO_FROM) if self.auto else (n >= self.start - 1):
                 self._begin(n + 1)
+            elif self.prof is None and ((self.calls == AUTO_FROM - 1) if self.auto else (n >= self.start - 2)):
+                self._warm_up()
             return
         self.steps, self.last = self.steps + 1, n
         self.prof.step()
@@ -80,31 +89,59 @@ class StepProfiler:
         """The cell ended: a window still open is closed with what it has; one never opened is said so."""
         if self.done:
             return
-        if self.prof is not None:
+        if self.recording:
             self._end(f"the cell ended at step {self.last} before the window's end")
         else:
+            self._drop()
             self.done = True
             want = "a few steps" if self.auto else f"step {self.start}"
             self.send({"t": C.PROFILE, "first": 0, "last": 0, "trace": None,
                        "shares": {"span_s": 0.0, "steps": 0, "input": 0.0, "compute": 0.0, "comm": 0.0, "other": 0.0},
                        "note": f"nothing profiled: the cell ended after {self.calls} report() calls, before {want}"})
 
+    def _warm_up(self) -> None:
+        """Start the profiler a step early, in torch's warm-up state (nothing kept): its own start costs there."""
+        from torch.profiler import ProfilerAction
+
+        self._open(ProfilerAction.WARMUP)
+
     def _begin(self, first: int) -> None:
+        from torch.profiler import ProfilerAction
+
+        if self.prof is None:
+            self._open(ProfilerAction.RECORD)   # no step before the window was seen: record from here
+        else:
+            self._action = ProfilerAction.RECORD
+            self.prof.step()   # warm-up -> record: the window's first step begins (ProfilerStep#1)
+        self.recording = True
+        self.first = self.last = first
+
+    def _open(self, action: Any) -> None:
         import torch
-        from torch.profiler import ProfilerAction, ProfilerActivity, profile
+        from torch.profiler import ProfilerActivity, profile
 
         activities = [ProfilerActivity.CPU]
         if self.gpu and torch.cuda.is_available():
             activities.append(ProfilerActivity.CUDA)
-        # a schedule that always records: the window is ours; with one, each step is marked ProfilerStep#N (the
+        # a schedule of ours (warm-up, then record until the window ends): each step is marked ProfilerStep#N (the
         # step view of TensorBoard's profiler)
-        self.prof = profile(activities=activities, schedule=lambda _: ProfilerAction.RECORD)
+        self._action = action
+        self.prof = profile(activities=activities, schedule=lambda _: self._action)
         self.prof.start()
         _Window.open = True
-        self.first = self.last = first
+
+    def _drop(self) -> None:
+        """A warm-up whose window never came: stop the profiler, keep nothing."""
+        _Window.open = False
+        prof, self.prof = self.prof, None
+        if prof is not None:
+            try:
+                prof.stop()
+            except Exception:
+                pass
 
     def _end(self, note: str | None) -> None:
-        self.done = True
+        self.done, self.recording = True, False
         _Window.open = False
         prof, self.prof = self.prof, None
         try:

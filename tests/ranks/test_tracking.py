@@ -208,8 +208,8 @@ def test_mlflows_file_store_is_asked_before_the_run_and_takes_the_record_when_ml
     assert source.startswith("def train(")   # run(fn): the function's own source
 
 
-def all_reducing(steps: int = 12, floats: int = 6_000_000) -> None:
-    """Every step a large all-reduce (24 MB) beside a little compute: what a big model's gradients cost on gloo."""
+def all_reducing(steps: int = 16, floats: int = 12_000_000) -> None:
+    """Every step a large all-reduce (48 MB) beside a little compute: what a big model's gradients cost on gloo."""
     import torch
     import torch.distributed as dist
 
@@ -223,9 +223,11 @@ def all_reducing(steps: int = 12, floats: int = 6_000_000) -> None:
 
 
 def test_ranks_slowed_by_a_large_all_reduce_are_named_as_communicating(tmp_path):
-    result = jt.run_detailed(all_reducing, n=2, local=True, profile="3:8", logdir=str(tmp_path / "runs"))
+    # ten steps of a few tens of ms each: longer than a hiccup of the machine's, so the shares are the loop's
+    result = jt.run_detailed(all_reducing, n=2, local=True, profile="3:13", logdir=str(tmp_path / "runs"))
     profile = result.state.snapshot()["profile"]
-    assert "communicating (all-reduce and other collectives); every rank alike" in profile["verdict"], profile
+    assert "communicating (all-reduce and other collectives); every rank " in profile["verdict"], profile
+    assert "in collectives: the collectives themselves take the time" in profile["verdict"], profile
     for row in profile["ranks"]:
         assert row["comm"] > 0.5 and row["comm"] > row["compute"] + row["input"], row
 

@@ -39,8 +39,8 @@ def test_ranks_that_all_communicate_alike_are_judged_by_their_steps():
              1: {"input": 0.0, "compute": 0.2, "comm": 0.72, "other": 0.08, "step_s": 0.21, "steps": 3}}
     assert slowest(ranks) == 1
     assert verdict(ranks) == ("rank 1 is the slowest: 72% of its step time communicating (all-reduce and other "
-                              "collectives); every rank alike (70%-72%): the collectives themselves take the time, "
-                              "no rank holds the others up")
+                              "collectives); every rank 70%-72% in collectives: the collectives themselves take the "
+                              "time, no rank holds the others up")
     computing = {r: {**s, "compute": s["comm"], "comm": s["compute"]} for r, s in ranks.items()}
     assert verdict(computing) == "rank 1 is the slowest: 72% of its step time computing"
     assert verdict({}) is None
@@ -54,3 +54,15 @@ def test_a_wait_in_batches_is_input_and_marked_only_while_a_window_is_open():
     s = shares_of([_x("jupyter_torchdist.batches", 0, 30, "user_annotation"), _x("aten::mm", 30, 70)], 1)
     assert (s["input"], s["compute"]) == (0.3, 0.7)
     assert isinstance(profiler.input_mark(), contextlib.nullcontext)   # no window open: nothing is recorded
+
+
+def test_collectives_that_dominate_even_the_rank_waited_for_are_named_first():
+    # rank 1 computes a little longer, but even it spends most of its step in the all-reduce
+    ranks = {0: {"input": 0.0, "compute": 0.02, "comm": 0.93, "other": 0.05, "step_s": 0.03, "steps": 5},
+             1: {"input": 0.0, "compute": 0.15, "comm": 0.80, "other": 0.05, "step_s": 0.03, "steps": 5}}
+    assert slowest(ranks) == 1
+    assert verdict(ranks) == ("rank 1 is the slowest: 80% of its step time communicating (all-reduce and other "
+                              "collectives); every rank 80%-93% in collectives: the collectives themselves take the "
+                              "time; the others also wait for it: 15% of its step time computing")
+    alone = {0: {"input": 0.0, "compute": 0.1, "comm": 0.0, "other": 0.9, "step_s": 0.03, "steps": 5}}
+    assert verdict(alone) == "rank 0 is the slowest: 90% of its step time outside operators"

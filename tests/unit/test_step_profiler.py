@@ -34,6 +34,32 @@ def test_the_window_profiles_exactly_its_steps_and_sends_one_trace():
     assert not P._Window.open
 
 
+def test_the_profiler_warms_up_on_the_step_before_the_window_and_keeps_only_the_window():
+    sent: list = []
+    prof = P.StepProfiler((3, 5), False, sent.append)
+    x = torch.randn(16, 16)
+    for step in range(6):
+        with torch.profiler.record_function(f"mine{step}"):
+            x = torch.tanh(x @ x)
+        prof.on_report(step)
+        warming = prof.prof is not None and not prof.recording
+        assert warming == (step == 1), step   # the report of step START-2 starts it, nothing kept yet
+    [msg] = sent
+    names = {e.get("name", "") for e in json.loads(gzip.decompress(msg["trace"]))["traceEvents"]}
+    assert {n for n in names if n.startswith("mine")} == {"mine3", "mine4"}   # the warm-up step is not kept
+    assert (msg["first"], msg["last"], msg["shares"]["steps"]) == (3, 4, 2)
+
+
+def test_a_warm_up_whose_window_never_comes_keeps_nothing():
+    sent: list = []
+    prof = P.StepProfiler((5, 8), False, sent.append)
+    _loop(prof, 4)   # steps 0-3: warms up at step 3, the cell ends
+    assert prof.prof is not None and not prof.recording
+    prof.close()
+    assert [m["note"] for m in sent] == ["nothing profiled: the cell ended after 4 report() calls, before step 5"]
+    assert prof.prof is None and not P._Window.open
+
+
 def test_alone_it_profiles_three_steps_from_the_second_report():
     sent: list = []
     prof = P.StepProfiler(AUTO_WINDOW, False, sent.append)
