@@ -82,11 +82,11 @@ def measure(args: Any, uri: str, folder: str) -> tuple[dict[str, list[float]], b
     # reported on its own below)
     jt.run(train, n=2, local=True, steps=10)
     first = common.timed(lambda: jt.run(train, n=2, local=True, steps=10, track="mlflow,tensorboard",
-                                        experiment="bench-warm-up"))[0]
+                                        experiment="bench-warm-up", logdir=os.path.join(folder, "runs")))[0]
     print(f"first tracked run of the kernel (10 steps; imports MLflow and TensorBoard): {first:.2f} s", flush=True)
     for r in range(args.rounds):
         for kind in common.rotated(list(KINDS), r):
-            extra = dict(KINDS[kind], **({"logdir": os.path.join(folder, "runs")} if kind == "profiled" else {}))
+            extra = dict(KINDS[kind], **({"logdir": os.path.join(folder, "runs")} if kind != "untracked" else {}))
             wall, _ = common.timed(lambda: jt.run(train, n=2, local=True, steps=args.steps, width=args.width,
                                                   **extra))  # noqa: B023 (called at once)
             seconds[kind].append(wall)
