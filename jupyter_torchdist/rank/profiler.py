@@ -109,14 +109,16 @@ class StepProfiler:
         from torch.profiler import ProfilerAction
 
         if self.prof is None:
-            self._open(ProfilerAction.RECORD)   # no step before the window was seen: record from here
+            if not self._open(ProfilerAction.RECORD):   # no step before the window was seen: record from here
+                return
         else:
             self._action = ProfilerAction.RECORD
             self.prof.step()   # warm-up -> record: the window's first step begins (ProfilerStep#1)
         self.recording = True
         self.first = self.last = first
 
-    def _open(self, action: Any) -> None:
+    def _open(self, action: Any) -> bool:
+        """Start torch.profiler; False (and the profile says why) when it cannot: report() never raises for it."""
         import torch
         from torch.profiler import ProfilerActivity, profile
 
@@ -126,9 +128,20 @@ class StepProfiler:
         # a schedule of ours (warm-up, then record until the window ends): each step is marked ProfilerStep#N (the
         # step view of TensorBoard's profiler)
         self._action = action
-        self.prof = profile(activities=activities, schedule=lambda _: self._action)
-        self.prof.start()
+        try:
+            self.prof = profile(activities=activities, schedule=lambda _: self._action)
+            self.prof.start()
+        except Exception as exc:
+            self.prof, self.done = None, True
+            self._failed(exc)
+            return False
         _Window.open = True
+        return True
+
+    def _failed(self, exc: BaseException) -> None:
+        self.send({"t": C.PROFILE, "first": self.first, "last": self.last, "trace": None, "note":
+                   f"the profiler failed: {type(exc).__name__}: {exc}",
+                   "shares": {"span_s": 0.0, "steps": 0, "input": 0.0, "compute": 0.0, "comm": 0.0, "other": 0.0}})
 
     def _drop(self) -> None:
         """A warm-up whose window never came: stop the profiler, keep nothing."""
@@ -150,9 +163,7 @@ class StepProfiler:
             shares = shares_of(json.loads(trace).get("traceEvents", []), max(1, self.steps))
             packed = gzip.compress(trace, compresslevel=5)
         except Exception as exc:  # the profiler's failure is the profile's, never the cell's
-            self.send({"t": C.PROFILE, "first": self.first, "last": self.last, "trace": None, "note":
-                       f"the profiler failed: {type(exc).__name__}: {exc}",
-                       "shares": {"span_s": 0.0, "steps": 0, "input": 0.0, "compute": 0.0, "comm": 0.0, "other": 0.0}})
+            self._failed(exc)
             return
         sent: bytes | None = packed
         if len(packed) > self.max_bytes:

@@ -95,3 +95,18 @@ def test_a_recorder_that_fails_is_said_once_and_never_costs_the_run():
     sup = SimpleNamespace(tap=broken, state=SimpleNamespace(notes=[]))
     Supervisor._record(sup, SimpleNamespace(rank=0, msg={"t": C.PROGRESS}))
     assert sup.tap is None and sup.state.notes == ["warning: the run's record stopped: OSError: disk full"]
+
+
+def test_a_profiler_that_cannot_start_is_said_and_the_cell_goes_on(monkeypatch):
+    import torch.profiler
+
+    def broken(*_a, **_k):
+        raise RuntimeError("profiler already enabled on this thread")
+
+    monkeypatch.setattr(torch.profiler, "profile", broken)
+    sent: list = []
+    prof = P.StepProfiler((2, 4), False, sent.append)
+    _loop(prof, 6)   # report() never raises for it
+    prof.close()
+    assert [m["note"] for m in sent] == ["the profiler failed: RuntimeError: profiler already enabled on this thread"]
+    assert not P._Window.open
