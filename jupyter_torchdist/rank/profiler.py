@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from ..core import contract as C
+from ..core.contract_profile import ProfileShares
 from ..core.profile_summary import shares_of
 from ..core.track_options import AUTO_WINDOW
 
@@ -95,8 +96,7 @@ class StepProfiler:
             self._drop()
             self.done = True
             want = "a few steps" if self.auto else f"step {self.start}"
-            self.send({"t": C.PROFILE, "first": 0, "last": 0, "trace": None,
-                       "shares": {"span_s": 0.0, "steps": 0, "input": 0.0, "compute": 0.0, "comm": 0.0, "other": 0.0},
+            self.send({"t": C.PROFILE, "first": 0, "last": 0, "trace": None, "shares": _nothing(),
                        "note": f"nothing profiled: the cell ended after {self.calls} report() calls, before {want}"})
 
     def _warm_up(self) -> None:
@@ -139,9 +139,8 @@ class StepProfiler:
         return True
 
     def _failed(self, exc: BaseException) -> None:
-        self.send({"t": C.PROFILE, "first": self.first, "last": self.last, "trace": None, "note":
-                   f"the profiler failed: {type(exc).__name__}: {exc}",
-                   "shares": {"span_s": 0.0, "steps": 0, "input": 0.0, "compute": 0.0, "comm": 0.0, "other": 0.0}})
+        self.send({"t": C.PROFILE, "first": self.first, "last": self.last, "trace": None, "shares": _nothing(),
+                   "note": f"the profiler failed: {type(exc).__name__}: {exc}"})
 
     def _drop(self) -> None:
         """A warm-up whose window never came: stop the profiler, keep nothing."""
@@ -171,6 +170,11 @@ class StepProfiler:
                                 "steps")
         self.send({"t": C.PROFILE, "first": self.first, "last": self.last, "shares": shares, "trace": sent,
                    "note": note})
+
+
+def _nothing() -> ProfileShares:
+    """The shares of a profile that holds no steps."""
+    return {"span_s": 0.0, "steps": 0, "input": 0.0, "compute": 0.0, "comm": 0.0, "other": 0.0}
 
 
 def _exported(prof: Any) -> bytes:
