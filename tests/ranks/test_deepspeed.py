@@ -75,12 +75,16 @@ def torchrun(script: Path) -> dict[str, list[float]]:
     build_deepspeed_cpu_ops()
     config, out = script.with_name("config.json"), script.with_name("torchrun.json")
     config.write_text(json.dumps(CONFIG))
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
-                           str(port), str(script), "--out", str(out), "--deepspeed", "--deepspeed_config", str(config)],
-                          timeout=300, cwd=script.parent, capture_output=True, text=True)
+    for _ in range(2):   # the reference, not what is tested: a second try when torchrun's own run fails (once in CI
+        # a rank aborted as DeepSpeed's process exited: "terminate called without an active exception")
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
+                               str(port), str(script), "--out", str(out), "--deepspeed", "--deepspeed_config",
+                               str(config)], timeout=300, cwd=script.parent, capture_output=True, text=True)
+        if done.returncode == 0:
+            break
     assert done.returncode == 0, done.stderr[-4000:]
     return json.loads(out.read_text())
 
