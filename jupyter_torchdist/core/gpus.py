@@ -20,9 +20,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 __all__ = ["DEVICE_ENV", "visible_gpus", "parse_visible_devices", "task_gpus", "placements", "task_ranks",
-           "require_local_gpus", "device_scope", "cuda_unfit", "gpus_per_task", "NoGpuError"]
+           "require_local_gpus", "device_scope", "cuda_unfit", "gpus_per_task", "NoGpuError", "is_mig",
+           "visibility_source", "device_env", "is_rocm", "fork_safe_gpu_count", "host_report"]
 
 DEVICE_ENV = "JUPYTER_TORCHDIST_DEVICE"  # the rank's own device, set by the runtime for jupyter_torchdist.device()
+ORDER_ENV = "CUDA_DEVICE_ORDER"
 
 
 class NoGpuError(RuntimeError):
@@ -45,12 +47,57 @@ def parse_visible_devices(value: str) -> list[str]:
     return out
 
 
-def visible_gpus(env: Mapping[str, str] | None = None) -> list[str]:
-    """The GPUs this process may hand out: CUDA_VISIBLE_DEVICES if set, else every GPU torch sees."""
+def is_rocm() -> bool:
+    """Whether this Python's torch is a ROCm (HIP) build: its GPUs are AMD's, seen through HIP's variables."""
+    try:
+        import torch
+    except ImportError:
+        return False
+    return getattr(torch.version, "hip", None) is not None
+
+
+def is_mig(gpu: str) -> bool:
+    """A MIG instance (``MIG-<uuid>``, or the older ``MIG-GPU-<uuid>/<gi>/<ci>``): CUDA shows a process at most one
+    MIG instance, the first one its CUDA_VISIBLE_DEVICES lists, so a rank on one sees it alone, as device 0."""
+    return gpu.startswith("MIG-")
+
+
+_HIP_ORDER = ("HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
+
+
+def visibility_source(env: Mapping[str, str], hip: bool) -> str | None:
+    """The variable that says which GPUs this process sees (None: every GPU of the host).
+
+    CUDA reads CUDA_VISIBLE_DEVICES. A ROCm build's HIP reads HIP_VISIBLE_DEVICES, else CUDA_VISIBLE_DEVICES, both
+    as indexes into what ROCR_VISIBLE_DEVICES (read first, by the ROCm runtime below HIP) leaves; with only
+    ROCR_VISIBLE_DEVICES set (Slurm sets it for AMD GPUs) its list is the one to index.
+    """
+    names = _HIP_ORDER if hip else ("CUDA_VISIBLE_DEVICES",)
+    return next((name for name in names if env.get(name) is not None), None)
+
+
+def device_env(gpus: Sequence[str], env: Mapping[str, str], hip: bool) -> dict[str, str]:
+    """The variables a GPU rank's process gets so that it sees exactly ``gpus``, in that order, before anything in it
+    touches the GPU (CUDA and HIP read them once). ``gpus`` are written as read (``visibility_source``): into the
+    variable they were read from, and on ROCm builds into HIP_VISIBLE_DEVICES beside CUDA_VISIBLE_DEVICES (HIP reads
+    the first, other code the second); ROCR_VISIBLE_DEVICES is written only where it is the list they index.
+    CUDA_DEVICE_ORDER=PCI_BUS_ID unless ``env`` sets it: CUDA's own order puts the fastest GPU first, nvidia-smi and
+    the GPU discovery scripts Spark runs number them by PCI bus, and an index must mean the same GPU to both."""
+    listed = ",".join(gpus)
+    out = {"ROCR_VISIBLE_DEVICES": listed} if hip and visibility_source(env, hip) == "ROCR_VISIBLE_DEVICES" else (
+        {"CUDA_VISIBLE_DEVICES": listed, "HIP_VISIBLE_DEVICES": listed} if hip else {"CUDA_VISIBLE_DEVICES": listed})
+    if env.get(ORDER_ENV) is None:
+        out[ORDER_ENV] = "PCI_BUS_ID"
+    return out
+
+
+def visible_gpus(env: Mapping[str, str] | None = None, hip: bool | None = None) -> list[str]:
+    """The GPUs this process may hand out: what CUDA_VISIBLE_DEVICES lists (HIP's variables on a ROCm build:
+    ``visibility_source``) if set, else every GPU torch sees."""
     env = os.environ if env is None else env
-    value = env.get("CUDA_VISIBLE_DEVICES")
-    if value is not None:
-        return parse_visible_devices(value)
+    source = visibility_source(env, is_rocm() if hip is None else hip)
+    if source is not None:
+        return parse_visible_devices(env[source])
     try:
         import torch
 
@@ -59,18 +106,21 @@ def visible_gpus(env: Mapping[str, str] | None = None) -> list[str]:
         return []
 
 
-def task_gpus(resources: Mapping[str, Any] | None, env: Mapping[str, str] | None = None) -> list[str]:
+def task_gpus(resources: Mapping[str, Any] | None, env: Mapping[str, str] | None = None,
+              hip: bool | None = None) -> list[str]:
     """The GPUs Spark scheduled to this task, as CUDA_VISIBLE_DEVICES entries.
 
     pyspark's rule (``_get_gpus_owned``): where the executor itself runs with CUDA_VISIBLE_DEVICES (a container, a
-    resource manager), a whole-number address is an index into that list; otherwise it names the device.
+    resource manager), a whole-number address is an index into that list; otherwise it names the device. On a ROCm
+    build the list is HIP's (``visibility_source``).
     """
     env = os.environ if env is None else env
     res = resources.get("gpu") if resources else None
     addresses = [str(a) for a in (getattr(res, "addresses", None) or [])]
-    inherited = env.get("CUDA_VISIBLE_DEVICES")
-    if inherited is None:
+    source = visibility_source(env, is_rocm() if hip is None else hip)
+    if source is None:
         return addresses
+    inherited = env[source]
     listed = parse_visible_devices(inherited)
     out = []
     for address in addresses:
@@ -80,7 +130,7 @@ def task_gpus(resources: Mapping[str, Any] | None, env: Mapping[str, str] | None
             out.append(listed[int(address)])
         else:
             raise NoGpuError(f"Spark gave this task GPU {address}, but its executor runs with "
-                             f"CUDA_VISIBLE_DEVICES={inherited} ({len(listed)} GPUs): the executor's GPU discovery "
+                             f"{source}={inherited} ({len(listed)} GPUs): the executor's GPU discovery "
                              "script must list addresses as indexes into that list (0 for its first), as pyspark "
                              "reads them")
     return out
@@ -159,11 +209,44 @@ def require_local_gpus(n: int) -> list[str]:
         raise LaunchError(why)
     gpus = visible_gpus()
     if len(gpus) < n:
+        var = visibility_source(os.environ, is_rocm()) or "CUDA_VISIBLE_DEVICES"
         raise LaunchError(
             f"--gpu with -n {n} needs {n} GPUs, but this machine ({socket.gethostname()}) shows {len(gpus)} "
-            f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')}). "
+            f"({var}={os.environ.get(var, '<unset>')}). "
             "Drop --gpu to train on the CPU with gloo, or use fewer ranks.")
     return gpus
+
+
+def fork_safe_gpu_count(dev: str = "/dev") -> int:
+    """How many GPUs this host has, asked without initialising CUDA: NVML (AMD SMI on ROCm) through torch, as
+    ``torch.cuda.device_count`` asks first, else the GPU device files. A Spark Python worker that asked CUDA itself
+    could no longer fork a rank that uses the GPU."""
+    import torch
+
+    try:
+        count = int(torch.cuda._device_count_amdsmi() if is_rocm() else torch.cuda._device_count_nvml())
+    except Exception:
+        count = -1
+    if count >= 0:
+        return count
+    try:
+        return sum(1 for name in os.listdir(dev) if _NVIDIA_DEVICE.fullmatch(name))
+    except OSError:
+        return 0
+
+
+def host_report() -> dict[str, Any]:
+    """What a run's preflight task says of its host (``launchers/gpu_preflight.py``): its name, its Python, why its
+    torch cannot run a GPU rank (None when it can) and the GPUs a rank there may take. CUDA is not touched."""
+    import socket
+    import sys
+
+    why = cuda_unfit()
+    gpus: list[str] = []
+    if why is None:
+        source = visibility_source(os.environ, is_rocm())
+        gpus = parse_visible_devices(os.environ[source]) if source else [str(i) for i in range(fork_safe_gpu_count())]
+    return {"host": socket.gethostname(), "python": sys.executable, "unfit": why, "gpus": gpus}
 
 
 def cuda_unfit() -> str | None:

@@ -3,17 +3,23 @@
 The child gets its own process group (so the whole tree can be killed at once) and the
 parent-death signal (so it dies with the Spark task or zygote that forked it). The parent
 waits on a pidfd, event-driven, alongside its socket to the kernel.
+
+A process that has initialised CUDA cannot be forked from: the child fails at its first CUDA call ("Cannot
+re-initialize CUDA in forked subprocess"). A Spark Python worker is reused from task to task, so one that ran a GPU
+UDF before has; its ranks are spawned instead (``spawn_rank``: a fresh Python, the same guarantees, a few seconds
+more for its imports).
 """
 from __future__ import annotations
 
 import ctypes
 import os
+import pickle
 import signal
 import sys
 import traceback
-from typing import Callable
+from typing import Any, Callable
 
-__all__ = ["RankProcess", "fork_rank", "set_parent_death_signal", "describe_status"]
+__all__ = ["RankProcess", "fork_rank", "set_parent_death_signal", "describe_status", "cuda_touched", "spawn_rank"]
 
 PR_SET_PDEATHSIG = 1
 
@@ -98,3 +104,32 @@ def fork_rank(body: Callable[[], int]) -> RankProcess:
             pass
     finally:
         os._exit(code)
+
+
+def cuda_touched() -> bool:
+    """Whether this process has initialised CUDA (a child forked from it could not use the GPU). Asking touches
+    nothing: torch is not imported when it is not loaded, and ``is_initialized`` does not initialise."""
+    torch = sys.modules.get("torch")
+    try:
+        return bool(torch is not None and torch.cuda.is_initialized())
+    except Exception:
+        return False
+
+
+def spawn_rank(args: tuple[Any, ...]) -> RankProcess:
+    """Start ``rank_main(*args)`` in a fresh Python (``rank/spawned.py``) with what ``fork_rank`` gives a forked one:
+    its own process group, the parent-death signal, ``os._exit`` with the rank's code. The arguments (the run's
+    plan, its secret among them) go through a pipe on its stdin, never its command line."""
+    read_fd, write_fd = os.pipe()
+    try:
+        pid = os.posix_spawn(sys.executable, [sys.executable, "-m", "jupyter_torchdist.rank.spawned"], os.environ,
+                             file_actions=[(os.POSIX_SPAWN_DUP2, read_fd, 0)], setpgroup=0)
+    finally:
+        os.close(read_fd)
+    child = RankProcess(pid)
+    try:
+        with os.fdopen(write_fd, "wb") as pipe:
+            pickle.dump((os.getpid(), args), pipe, protocol=pickle.HIGHEST_PROTOCOL)
+    except BrokenPipeError:
+        pass  # the child died before reading: its exit says so
+    return child

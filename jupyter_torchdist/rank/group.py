@@ -14,10 +14,15 @@ from typing import Any, cast
 from ..core import contract as C
 from ..channel import protocol as P
 from ..core.contract import RunPlan
-from ..core.gpus import DEVICE_ENV, device_scope
+from ..core.gpus import DEVICE_ENV, device_env, device_scope, is_rocm
 from .interfaces import choose_interfaces
 
-__all__ = ["rendezvous", "set_env", "init_group", "cpu_group"]
+__all__ = ["rendezvous", "set_env", "init_group", "cpu_group", "GPU_BACKEND"]
+
+# Under --gpu the default group carries both: NCCL for CUDA tensors, gloo for CPU ones (metrics, objects, Horovod's
+# ``hvd.allreduce(torch.tensor(loss))``), which an NCCL-only group refuses ("No backend type associated with device
+# type cpu"). It is what ``init_process_group()`` without a backend gives on a CUDA machine.
+GPU_BACKEND = "cpu:gloo,cuda:nccl"
 
 
 def _open_store(plan: RunPlan, bind_ip: str) -> tuple[int, Any]:
@@ -60,8 +65,9 @@ def rendezvous(sock: Any, plan: RunPlan, rank: int, gpu: str | None) -> tuple[C.
 def set_env(plan: RunPlan, rank: int, rdv: C.RendezvousMsg, bind_ip: str) -> str:
     """The environment torchrun would give (frameworks read it); returns this rank's device name.
 
-    Under --gpu the rank sees its host's ranks' GPUs (the rendezvous's list, local rank order) and its own is
-    ``cuda:LOCAL_RANK``: set before anything in this process touches CUDA, which reads the variable once."""
+    Under --gpu the rank sees its node's ranks' GPUs (the rendezvous's list, local rank order) and its own is
+    ``cuda:LOCAL_RANK``: set before anything in this process touches CUDA, which reads the variables once
+    (``gpus.device_env``: HIP's too on a ROCm build, and CUDA_DEVICE_ORDER=PCI_BUS_ID unless set)."""
     env = {
         "RANK": rank, "WORLD_SIZE": plan.world_size, "LOCAL_RANK": rdv["local_rank"],
         "LOCAL_WORLD_SIZE": rdv["local_world_size"], "GROUP_RANK": rdv.get("group_rank", 0),
@@ -79,7 +85,7 @@ def set_env(plan: RunPlan, rank: int, rdv: C.RendezvousMsg, bind_ip: str) -> str
         choose_interfaces(bind_ip)  # not the interface the host's own name resolves to (127.0.1.1 on Debian)
     device = "cpu"
     if plan.gpu:
-        os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(rdv["gpus"])
+        os.environ.update(device_env(rdv["gpus"], os.environ, is_rocm()))
         device = f"cuda:{rdv['local_rank']}"
     os.environ[DEVICE_ENV] = device
     return device
@@ -109,6 +115,33 @@ def _keep_default_group() -> None:
     dist.destroy_process_group = destroy_later
 
 
+def _answer_nccl() -> None:
+    """``dist.get_backend()`` answers "nccl" for the groups whose backend we chose, as it would under torchrun's
+    ``init_process_group("nccl")``: the default group and the groups made from it without naming a backend (they
+    inherit both of its backends). Code checks that answer (``== "nccl"``) to decide it runs on GPUs; torch's own
+    ``get_backend`` (``distributed_c10d``'s, which torch itself reads to make subgroups) still says both."""
+    import torch.distributed as dist
+
+    real_get, real_new = dist.get_backend, dist.new_group
+    ours: list[Any] = []  # groups made without a backend named (kept alive: they live until the process ends)
+
+    def get_backend(group: Any = None) -> Any:
+        answer = real_get(group)
+        if str(answer) == GPU_BACKEND and (group is None or group is dist.GroupMember.WORLD
+                                           or any(g is group for g in ours)):
+            return dist.Backend(dist.Backend.NCCL)
+        return answer
+
+    def new_group(*args: Any, **kw: Any) -> Any:
+        group = real_new(*args, **kw)
+        if (args[2] if len(args) > 2 else kw.get("backend")) is None:
+            ours.append(group)
+        return group
+
+    dist.get_backend = get_backend
+    dist.new_group = new_group
+
+
 def _use_gpu(device: str) -> Any:
     """Make this rank's own GPU the current device, or say plainly why it cannot be (naming the host)."""
     import torch
@@ -125,9 +158,10 @@ def _use_gpu(device: str) -> Any:
 
 
 def init_group(plan: RunPlan, rank: int, store: Any, device: str) -> None:
-    """Threads per rank, the device, and the default group: gloo on the CPU; with --gpu what
-    ``init_process_group("nccl")`` gives under torchrun, the rank's GPU current, and a gloo group of the runtime's
-    own beside it for the CPU tensors it sends (``cpu_group``)."""
+    """Threads per rank, the device, and the default group: gloo on the CPU; with --gpu NCCL for CUDA tensors and
+    gloo for CPU ones (``GPU_BACKEND``; ``get_backend()`` says "nccl", as under torchrun's
+    ``init_process_group("nccl")``), the rank's GPU current, and a gloo group of the runtime's own beside it for the
+    CPU tensors it sends (``cpu_group``)."""
     import torch
     import torch.distributed as dist
 
@@ -135,8 +169,9 @@ def init_group(plan: RunPlan, rank: int, store: Any, device: str) -> None:
     torch.set_num_threads(threads)
     timeout = datetime.timedelta(seconds=plan.pg_timeout_s)
     if plan.gpu:
-        dist.init_process_group("nccl", store=store, rank=rank, world_size=plan.world_size, timeout=timeout,
+        dist.init_process_group(GPU_BACKEND, store=store, rank=rank, world_size=plan.world_size, timeout=timeout,
                                 device_id=_use_gpu(device))
+        _answer_nccl()
         global _cpu_group
         _cpu_group = dist.new_group(backend="gloo", timeout=timeout)
     else:
