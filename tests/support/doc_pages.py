@@ -5,9 +5,10 @@ dedented). Other fences (``bash``, ``text``, ``diff``, MyST directives) are not.
 rendered page, tell the doc test what to expect of the next python block:
 
 - ``<!-- doc-test: skip (needs REASON) -->``: the block needs what CI lacks (a GPU, a cluster you name, YARN,
-  Kubernetes, Databricks, a peer's library that cannot be installed here). The reason starts with ``needs``, and a
-  MyST admonition (```` ```{note} ```` or ``:::{note}``, any admonition) right below the comment tells the reader the
-  same before they reach the block. No other block is skipped.
+  Kubernetes, Databricks, a peer's library that cannot be installed here). The reason starts with ``needs``, and an
+  admonition right below the comment (MyST's ``:::{note}`` or ```` ```{note} ````, any kind; in the README, which
+  GitHub renders, its ``> [!NOTE]``) tells the reader the same before they reach the block. No other block is
+  skipped.
 - ``<!-- doc-test: raises NAME -->``: the block shows a failure on purpose; the test checks that it raises ``NAME``
   (the exception's class name), and the page goes on.
 
@@ -30,7 +31,8 @@ CELL_LANGUAGES = ("python", "ipython")
 _FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})[ \t]*(?P<info>[^`\n]*)$")
 _MARKER = re.compile(r"^\s*<!--\s*doc-test:\s*(?P<what>skip|raises)\s*(?P<arg>.*?)\s*-->\s*$")
 _CLOSE = re.compile(r"^(`{3,}|:{3,})$")
-_ADMONITION = re.compile(r"^\s*(`{3,}|:{3,})\{(note|warning|important|tip|attention|caution|admonition|seealso|hint)\}")
+_KINDS = "note|warning|important|tip|attention|caution|admonition|seealso|hint"
+_ADMONITION = re.compile(rf"^\s*(?:(`{{3,}}|:{{3,}})\{{({_KINDS})\}}|>\s*\[!(NOTE|TIP|IMPORTANT|WARNING|CAUTION)\])")
 
 
 @dataclass(frozen=True)
@@ -94,7 +96,8 @@ def _fenced(lines: list[str]) -> list[_Fenced]:
 def _marker_above(lines: list[str], start: int, stop: int) -> tuple[str, str, int] | None:
     """The doc-test marker above the fence at line index ``start`` and below index ``stop``: (what, arg, index).
 
-    Only blank lines and one admonition may stand between the marker and its block."""
+    Only blank lines and one admonition (MyST's, or GitHub's ``> [!NOTE]`` in the README) may stand between the
+    marker and its block."""
     k, admonition_seen = start - 1, False
     while k >= stop:
         text = lines[k].strip()
@@ -103,15 +106,22 @@ def _marker_above(lines: list[str], start: int, stop: int) -> tuple[str, str, in
             return m.group("what"), m.group("arg"), k
         if not text:
             k -= 1
-        elif not admonition_seen and _CLOSE.match(text):
-            j = k - 1
+            continue
+        if admonition_seen:
+            return None
+        j = k - 1
+        if _CLOSE.match(text):
             while j >= stop and not _ADMONITION.match(lines[j]):
                 j -= 1
-            if j < stop:
-                return None
-            admonition_seen, k = True, j - 1
+        elif text.startswith(">"):
+            j = k
+            while j >= stop and lines[j].strip().startswith(">") and not _ADMONITION.match(lines[j]):
+                j -= 1
         else:
             return None
+        if j < stop or not _ADMONITION.match(lines[j]):
+            return None
+        admonition_seen, k = True, j - 1
     return None
 
 

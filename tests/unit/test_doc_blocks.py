@@ -56,6 +56,14 @@ Some prose between.
 ```python
 orphan()
 ```
+
+<!-- doc-test: skip (needs a cluster at spark://head:7077) -->
+> [!NOTE]
+> GitHub's note, for the README.
+
+```python
+readme_cluster()
+```
 """
 
 
@@ -64,9 +72,10 @@ def test_cells_are_the_python_blocks_in_order_dedented_with_their_markers(tmp_pa
     page.write_text(PAGE)
     found = blocks(page)
     assert [b.source for b in found] == ["%load_ext jupyter_torchdist", "x = 1", "%%distribute -n 8 --gpu", "boom()",
-                                         "no_note_above()", "cluster()", "orphan()"]
-    assert [b.skip for b in found] == [None, None, "needs a GPU", None, "needs a GPU", "a cluster", None]
-    assert [b.raises for b in found] == [None, None, None, "RunFailed", None, None, None]
+                                         "no_note_above()", "cluster()", "orphan()", "readme_cluster()"]
+    assert [b.skip for b in found] == [None, None, "needs a GPU", None, "needs a GPU", "a cluster", None,
+                                       "needs a cluster at spark://head:7077"]
+    assert [b.raises for b in found] == [None, None, None, "RunFailed", None, None, None, None]
     assert found[2].line == 22  # its opening fence
 
 
