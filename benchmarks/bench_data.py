@@ -214,7 +214,7 @@ def main() -> None:
     args = parse_args()
     started = time.perf_counter()
     info = common.begin("bench_data: preprocessing in the rank vs offloaded to Spark executors vs Ray Data")
-    from jupyter_torchdist.launchers.spark_session import get_session
+    from jupyter_torchdist.launchers.session.embedded import get_session
 
     common.warm_up()
     spark, _ = get_session()

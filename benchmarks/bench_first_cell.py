@@ -31,7 +31,8 @@ TD = ("from pyspark.sql import SparkSession\n"
       "spark = SparkSession.builder.master('local[4]').getOrCreate()\n"
       "from pyspark.ml.torch.distributor import TorchDistributor\n" + SETUP.replace("import jupyter_torchdist\n", "") +
       "\nprint(TorchDistributor(num_processes=2, local_mode=False, use_gpu=False).run(trivial))\n")
-TIMELINE = ("from jupyter_torchdist.launchers import spark_session as s, local_server as z\n"
+TIMELINE = ("from jupyter_torchdist.launchers.session import embedded as s\n"
+            "from jupyter_torchdist.launchers import local_server as z\n"
             "import time\nwhile 'workers_warm' not in s.timeline and s._warm_thread.is_alive(): time.sleep(0.1)\n"
             "dict(s.timeline)")
 

@@ -60,7 +60,7 @@ def ours(args: argparse.Namespace, flags: str, count: int) -> dict[str, Any]:
             for _ in range(2):
                 ks.run(CELL.format(flags=flags))
         for ks in kernels:  # every notebook settled (its session warm, when it has one) and one more run
-            ks.run("from jupyter_torchdist.launchers.spark_session import wait_for_warm_up\nwait_for_warm_up()")
+            ks.run("from jupyter_torchdist.launchers.session.embedded import wait_for_warm_up\nwait_for_warm_up()")
             ks.run(CELL.format(flags=flags))
         time.sleep(5)
         after_runs = _total(kernels)

@@ -94,7 +94,7 @@ def parse_args() -> argparse.Namespace:
 
 def first_run() -> tuple[Any, float, float, dict[str, Any], dict[str, float]]:
     """Ours, Python API: the warm-up, then the first run: (spark, warm-up s, first s, its value, its phases)."""
-    from jupyter_torchdist.launchers import spark_session as backend
+    from jupyter_torchdist.launchers.session import embedded as backend
 
     warm_s = common.warm_up()
     spark, _ = backend.get_session()

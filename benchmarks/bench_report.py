@@ -126,7 +126,7 @@ def parse_args() -> argparse.Namespace:
 
 def start_session() -> Any:
     """The embedded session (it has the slots the flood needs from the start), then the warm-up."""
-    from jupyter_torchdist.launchers import spark_session as backend
+    from jupyter_torchdist.launchers.session import embedded as backend
 
     spark, _ = backend.get_session()
     warm_s = common.warm_up()

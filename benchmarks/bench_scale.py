@@ -145,7 +145,8 @@ def one(n: int, simulated: bool, args: argparse.Namespace, fail: bool = False, i
     try:
         ks.run("%load_ext jupyter_torchdist")
         if simulated:  # the package never registers simulated ranks: the benchmark does
-            ks.run("from jupyter_torchdist.launchers import simulated\nsimulated.enable()")
+            ks.run(f"import sys\nsys.path.insert(0, {str(common.REPO)!r})\n"
+                   "from tests.support import simulated\nsimulated.enable()")
         if spark:
             ks.run("%%distribute -n 2\n1")
         kernel = psutil.Process(ks.km.provisioner.process.pid)  # type: ignore[union-attr]

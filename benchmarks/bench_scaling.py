@@ -39,7 +39,7 @@ def parse_args() -> argparse.Namespace:
 
 def start_session() -> tuple[Any, float, float]:
     """The embedded session first, then the warm-up: (spark, session seconds, warm-up seconds)."""
-    from jupyter_torchdist.launchers import spark_session as backend
+    from jupyter_torchdist.launchers.session import embedded as backend
 
     t0 = time.perf_counter()
     spark, _ = backend.get_session()

@@ -193,7 +193,7 @@ def finish(name: str, data: dict[str, Any], started: float, kv: dict[str, Any], 
 # -- our runs ----------------------------------------------------------------------------------------------
 def warm_up() -> float:
     """The extension's warm-up (what ``%load_ext`` starts), waited for here: its seconds."""
-    from jupyter_torchdist.launchers import spark_session as backend
+    from jupyter_torchdist.launchers.session import embedded as backend
 
     return timed(lambda: backend.warm_up_async().join())[0]
 

@@ -9,7 +9,7 @@ from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
-WARM_CELL = "from jupyter_torchdist.launchers.spark_session import warm_up_async as _w\n_w().join()"
+WARM_CELL = "from jupyter_torchdist.launchers.session.embedded import warm_up_async as _w\n_w().join()"
 
 
 class KernelSession:

@@ -107,7 +107,7 @@ def install() -> None:
 
 def _hook_supervisor() -> None:
     """Stamp every message from every rank and agent (and the launcher's) as the run loop takes it."""
-    from jupyter_torchdist.kernel.supervisor import Supervisor
+    from jupyter_torchdist.kernel.runs.supervisor import Supervisor
 
     orig_handle = Supervisor.handle
 

@@ -122,7 +122,7 @@ def set_up(no_probe: bool) -> tuple[Any, Any, float]:
     """Hooks (and the probe unless ``no_probe``), then the warm-up: (jupyter_torchdist, spark, warm-up s)."""
     import jupyter_torchdist as jtd
     from jupyter_torchdist.launchers import spark as spark_launcher
-    from jupyter_torchdist.launchers import spark_session as backend
+    from jupyter_torchdist.launchers.session import embedded as backend
 
     phases.install()
     if not no_probe:

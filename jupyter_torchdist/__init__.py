@@ -17,15 +17,15 @@ from .data.batches import batches
 from .core.errors import (CaptureError, DistributeError, LaunchError, MemberPruned, OptionsError, RunError, RunFailed,
                           RunInterrupted, RunTimeout)
 from .core.space import choice, intrange, loguniform, uniform
-from .kernel.api import run, run_detailed, spark_session, sweep
-from .kernel.handles import Run, runs
-from .kernel.sweep import Sweep
-from .kernel.kept import KeptInfo, Ranks
-from .kernel.kept_magic import kept
-from .kernel.result import RunResult
-from .kernel.launch import last_run
-from .kernel.torch_distributor import TorchDistributor
-from .kernel.deepspeed_distributor import DeepspeedTorchDistributor
+from .kernel.notebook_api import run, run_detailed, spark_session, sweep
+from .kernel.runs.handles import Run, runs
+from .kernel.sweeps.sweep import Sweep
+from .kernel.kept.ranks import KeptInfo, Ranks
+from .kernel.magics.kept import kept
+from .kernel.runs.result import RunResult
+from .kernel.runs.launch import last_run
+from .kernel.compat.torch_distributor import TorchDistributor
+from .kernel.compat.deepspeed_distributor import DeepspeedTorchDistributor
 from .tracking.shipper import flush as flush_tracking
 from .rank.api import (barrier, commit, device, is_main, local_rank, local_world_size, main_first, on_main, rank,
                        report, restore, world_size)
@@ -44,13 +44,13 @@ __all__ = [
 
 
 def load_ipython_extension(ipython: Any) -> None:
-    from .kernel.magic import load
+    from .kernel.magics.distribute import load
 
     load(ipython)
 
 
 def unload_ipython_extension(ipython: Any) -> None:
-    from .kernel.magic import unload
+    from .kernel.magics.distribute import unload
 
     unload(ipython)
 

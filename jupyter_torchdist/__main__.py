@@ -168,8 +168,8 @@ def _wants_help(argv: list[str]) -> bool:
 
 
 def _run(options: RunOptions) -> None:
-    from .kernel.launch import Work, launch
-    from .kernel.script import script_function
+    from .kernel.runs.launch import Work, launch
+    from .kernel.script_source import script_function
     from .views import NullView
     from .views.text import TextView
 
@@ -203,7 +203,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         _send_records()
         if "pyspark" in sys.modules:
-            from .launchers.spark_session import stop_embedded_session
+            from .launchers.session.embedded import stop_embedded_session
 
             stop_embedded_session()
     return 0

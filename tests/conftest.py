@@ -53,7 +53,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def spark():
     """The embedded local SparkSession the magic itself would start (4 slots), stopped at the end."""
     pytest.importorskip("pyspark")
-    from jupyter_torchdist.launchers import spark_session as backend
+    from jupyter_torchdist.launchers.session import embedded as backend
 
     session, embedded = backend.get_session()
     assert embedded

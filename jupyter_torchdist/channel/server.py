@@ -31,7 +31,7 @@ from typing import Any, cast
 from ..core import contract as C
 from ..core.contract import Inbound, Role, TLSPin
 from . import protocol as P
-from .client import Stream
+from .handshake import Stream
 from .reader import Reader
 from .tls import ServerIdentity, TLSStream, make_identity, server_context
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from ..core import contract as C
 from ..core._pickle import dumps
 from . import DataError
-from .handles import DataFrameHandle
+from .frame_handles import DataFrameHandle
 
 if TYPE_CHECKING:
     from ..rank.runtime import RankRuntime

@@ -19,7 +19,7 @@ from ..core import contract as C
 from ..core.contract import Inbound
 from ..launchers import data_plane
 from ..launchers.spark_jobs import error_summary
-from .handles import resolve
+from .frame_handles import resolve
 
 __all__ = ["DataService", "CLOSE_WAIT_S"]
 

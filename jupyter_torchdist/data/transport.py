@@ -15,7 +15,7 @@ import struct
 from typing import Any
 
 from ..channel import protocol as P
-from ..channel.client import Stream, handshake
+from ..channel.handshake import Stream, handshake
 from ..channel.tls import ServerIdentity, TLSStream, make_identity, server_context
 from ..core.contract import TLSPin
 

@@ -175,7 +175,7 @@ def _launch(entry: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: d
     if not callable(fn):
         raise TypeError(f"fn must be a function to run on every rank, not {type(fn).__name__}")
     extra_env = _checked_env(env)
-    from ..kernel.launch import Work, launch
+    from ..kernel.runs.launch import Work, launch
     from ..core.options import RunOptions
 
     n = _default_num_proc() if num_proc is None else num_proc

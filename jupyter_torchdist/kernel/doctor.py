@@ -94,7 +94,7 @@ def check_gpu(required: bool) -> list[Finding]:
 
 
 def check_java() -> list[Finding]:
-    from ..launchers.embedded import java_available
+    from ..launchers.session.autostart import java_available
 
     fix = ("install Java 17 or newer (Debian/Ubuntu: apt-get install openjdk-17-jre-headless; or set JAVA_HOME); "
            "without it every run goes to local processes on this machine")
@@ -229,7 +229,7 @@ def main(argv: list[str]) -> int:
     if unknown:
         print(f"doctor takes only --gpu (GPU runs are expected here), not {' '.join(unknown)}", file=sys.stderr)
         return 2
-    from ..launchers.sessions import notebook_session
+    from ..launchers.session.notebook import notebook_session
 
     findings = diagnose(gpu="--gpu" in argv, session=notebook_session())
     print(report(findings))

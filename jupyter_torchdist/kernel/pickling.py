@@ -7,7 +7,7 @@ from typing import Any, Callable
 
 from ..core._pickle import Pickler, dumps
 from ..core._units import human_bytes
-from ..data.handles import reduce_dataframe
+from ..data.frame_handles import reduce_dataframe
 from ..core.errors import CaptureError
 
 __all__ = ["pack", "referenced_globals"]

@@ -29,13 +29,13 @@ def _connect(options: RunOptions) -> bool:
 
 
 def _warming(options: RunOptions) -> bool:
-    from .spark_session import warming  # imports nothing heavy; pyspark only if it is loaded already
+    from .session.embedded import warming  # imports nothing heavy; pyspark only if it is loaded already
 
     return not (options.local or options.spark_tasks) and warming() and not _connect(options)
 
 
 def _no_java(options: RunOptions) -> bool:
-    from .embedded import java_available
+    from .session.autostart import java_available
 
     return not (options.local or options.spark_tasks) and not java_available() and not _connect(options)
 
@@ -68,7 +68,7 @@ def on_load(warm: bool, busy_runs: Callable[[], list[str]] = lambda: []) -> None
 
     if not warm or connect_session() is not None:
         return
-    from . import embedded, give_way
+    from .session import autostart as embedded, give_way
     from .local_server import get_zygote
 
     try:
@@ -89,14 +89,14 @@ def before_run(options: RunOptions) -> None:
     in the background now (this run goes to local processes meanwhile: ``warming``)."""
     if options.local or _connect(options):
         return
-    from . import embedded
+    from .session import autostart as embedded
 
     if embedded.allowed():
         embedded.wanted()
 
 
 def on_unload() -> None:
-    from . import embedded, give_way
+    from .session import autostart as embedded, give_way
 
     give_way.uninstall()
     embedded.disable()

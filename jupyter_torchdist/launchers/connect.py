@@ -27,8 +27,8 @@ from ..core.gpus import gpus_per_task, require_local_gpus, task_ranks
 from ..core.options import RunOptions
 from .base import Capacity, Launcher
 from .spark_jobs import error_summary, held_slots, hold, release, submit_job
-from .spark_security import require_ssl_consent, session_conf
-from .spark_session import local_slots
+from .session.tls_consent import require_ssl_consent, session_conf
+from .session.embedded import local_slots
 
 __all__ = ["ConnectLauncher", "connect_session", "connect_conf", "CHANNEL_HOST_CONF", "CHANNEL_HOST_ENV",
            "CHANNEL_ADVERTISE_CONF", "CHANNEL_ADVERTISE_ENV", "PROBE_S"]

@@ -13,7 +13,7 @@ from typing import Any
 from .connect import connect_conf
 from .spark_data import PlaneBase, partition_counts
 from .spark_jobs import held_slots, submit_job
-from .spark_session import local_slots
+from .session.embedded import local_slots
 
 __all__ = ["ConnectDataPlane"]
 

@@ -19,14 +19,14 @@ from ..core.contract import Inbound, LaunchInfo, RunPlan
 from ..core.errors import LaunchError
 from ..core.gpus import gpus_per_task, require_local_gpus, task_ranks
 from ..core.options import RunOptions
-from . import give_way
+from .session import give_way
 from .interrupts import our_jobs
 from .limits import check_ranks
 from .base import Capacity, Launcher
-from .spark_master import who_holds_cores
+from .session.master import who_holds_cores
 from .spark_jobs import error_summary, explain_worker_python, held_slots, hold, release, submit_job
-from .spark_security import require_ssl_consent, session_conf
-from .spark_session import conf_of, dynamic_allocation, get_session, slots_available, wait_for_warm_up
+from .session.tls_consent import require_ssl_consent, session_conf
+from .session.embedded import conf_of, dynamic_allocation, get_session, slots_available, wait_for_warm_up
 
 __all__ = ["SparkLauncher"]
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from .interrupts import claim, unclaim
 from .spark_jobs import error_summary, held_slots, submit_job
-from .spark_session import conf_of, dynamic_allocation, slots_available
+from .session.embedded import conf_of, dynamic_allocation, slots_available
 
 __all__ = ["SparkDataPlane", "PlaneBase", "default_data_workers", "partition_counts"]
 

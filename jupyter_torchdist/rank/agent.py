@@ -16,7 +16,7 @@ from typing import Any, cast
 
 from ..core import contract as C
 from ..channel import protocol as P
-from ..channel.client import Stream, connect
+from ..channel.handshake import Stream, connect
 from ..core.contract import RunPlan
 from .forking import describe_status, fork_rank
 from .main import rank_main

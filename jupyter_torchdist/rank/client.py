@@ -15,7 +15,7 @@ from typing import Any
 from ..core import contract as C
 from ..core.thinning import evenly
 from ..channel import protocol as P
-from ..channel.client import Stream
+from ..channel.handshake import Stream
 
 __all__ = ["RankClient", "pace"]
 

@@ -28,7 +28,7 @@ from typing import IO, Any, cast
 from ..core import contract as C
 from .runtime import current
 from .values import summary, user_traceback
-from .where import is_library
+from .places import is_library
 
 __all__ = ["RankPdb", "install", "offer_post_mortem", "remember", "post_mortem_saved", "quit_outcome"]
 

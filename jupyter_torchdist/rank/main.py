@@ -20,10 +20,10 @@ from ..core._sources import register_source
 from ..core._versions import unfit
 from ..core.gpus import cuda_unfit
 from ..channel import protocol as P
-from ..channel.client import connect
+from ..channel.handshake import connect
 from ..core.contract import RunPlan
 from . import api as rank_api
-from . import collectives, debugger, where
+from . import collectives, debugger, places as where
 from .allocator import tune_allocator
 from .checkpoint import Checkpoints, check_shared
 from .checkpoint import flush as flush_commits
@@ -34,7 +34,7 @@ from .kept_payload import Namespace, run_job
 from .link import KernelLink
 from .profiler import StepProfiler
 from .runtime import RankRuntime, current, install
-from .usage import UsageSampler
+from .resource_sampler import UsageSampler
 from .values import final_message
 
 __all__ = ["rank_main", "run_payload"]

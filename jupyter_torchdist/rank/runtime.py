@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from ..core.contract import RunPlan
     from .client import RankClient
     from .link import KernelLink
-    from .usage import UsageSampler
+    from .resource_sampler import UsageSampler
 
 __all__ = ["RankRuntime", "Commits", "current", "install"]
 

@@ -14,10 +14,10 @@ from .schema import RankSnapshot, RunErrorSnapshot, RunSnapshot
 from .style import (DASH, ECHOES_FROM, KIND_LABELS, clip, colour, duration, exit_text, metrics_text, progress, rate,
                     status_label, tally, where)
 from .profile import profile_html
-from .stacks import frame_line, has_places, stacks_title
+from .places_text import frame_line, has_places, stacks_title
 from .summary_html import groups_html, summary_html
 from .trim import trim_snapshot
-from .usage import data_line, input_bound, usage_cells, usage_columns
+from .usage_words import data_line, input_bound, usage_cells, usage_columns
 
 __all__ = ["report_html", "html_of"]
 

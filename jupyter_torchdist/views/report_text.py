@@ -8,11 +8,11 @@ from .schema import RankSnapshot, RunErrorSnapshot, RunSnapshot
 from .style import (DASH, ECHOES_FROM, KIND_LABELS, clip, duration, exit_text, metrics_text, progress, rate,
                     status_label, tally, tally_counts)
 from .style import where as where_text
-from .stacks import has_places, place_lines, stacks_title
+from .places_text import has_places, place_lines, stacks_title
 from .table import text_table
 from .profile import profile_lines
 from .trim import trim_snapshot
-from .usage import data_line, usage_cells, usage_columns
+from .usage_words import data_line, usage_cells, usage_columns
 
 __all__ = ["report_text", "text_of"]
 

@@ -6,9 +6,9 @@ import time
 from typing import Any, TextIO
 
 from .report_text import report_text
-from .stacks import place_lines
+from .places_text import place_lines
 from .trim import trim_snapshot
-from .usage import data_line
+from .usage_words import data_line
 
 __all__ = ["TextView"]
 

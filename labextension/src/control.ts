@@ -3,7 +3,7 @@
  *
  * While a `%%distribute` cell runs, the kernel's shell channel waits for the cell, but its control channel is
  * read by a thread of its own (ipykernel 6+). The extension registers a handler for the message type below
- * there (`jupyter_torchdist/kernel/control.py`); the message is built here by hand, with the fields of the
+ * there (`jupyter_torchdist/kernel/runs/view_requests.py`); the message is built here by hand, with the fields of the
  * Jupyter messaging protocol, so that the plugin needs nothing beyond the kernel connection it already finds.
  */
 

@@ -1,5 +1,5 @@
 /**
- * Where the time goes, in the words the Python views use (jupyter_torchdist/views/usage.py).
+ * Where the time goes, in the words the Python views use (jupyter_torchdist/views/usage_words.py).
  *
  * Per rank: CPU (% of one core), memory, the GPU (utilisation · memory) under --gpu, and the share of
  * its time spent waiting for batches() data. For the run: the data job's workers and rows per second.

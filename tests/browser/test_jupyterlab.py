@@ -261,7 +261,7 @@ def _check_many_ranks_live(lab: Lab, widget: Any) -> None:
     detail = widget.locator(".jp-TorchDist-rankDetail[data-rank='17']")
     detail.wait_for(timeout=5_000)
     # Its full row (its log) comes once the kernel takes the request: the kernel is busy with the cell, so the
-    # request goes over the control channel (kernel/control.py, want "focus") to the run's next frame.
+    # request goes over the control channel (kernel/runs/view_requests.py, want "focus") to the run's next frame.
     detail.locator(".jp-TorchDist-log[data-rank='17']").wait_for(timeout=10_000)
     print(f"rank 17's details, live: {detail.inner_text()[:200]!r}")
     lab.shot("live-1024-ranks")

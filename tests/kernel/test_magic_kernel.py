@@ -119,7 +119,7 @@ def test_a_fresh_notebook_starts_quietly_and_shares_the_embedded_session():
         for noise in ("Using incubator modules", "log4j", "Setting default log level", "NativeCodeLoader",
                       "Setting Spark log level"):
             assert noise not in streams, streams[-2000:]
-        log = k.execute("from jupyter_torchdist.launchers.spark_session import session_log\nprint(session_log())")
+        log = k.execute("from jupyter_torchdist.launchers.session.embedded import session_log\nprint(session_log())")
         assert "jupyter-torchdist-spark-" in k.text(log)
     finally:
         pid = k.pid

@@ -12,10 +12,10 @@ import pytest
 import jupyter_torchdist as jt
 from jupyter_torchdist.channel import protocol as P
 from jupyter_torchdist.channel import tls
-from jupyter_torchdist.channel.client import connect
+from jupyter_torchdist.channel.handshake import connect
 from jupyter_torchdist.channel.server import ChannelServer
-from jupyter_torchdist.kernel import rankset as supervisor
-from jupyter_torchdist.launchers import spark_session as spark_launcher
+from jupyter_torchdist.kernel.runs import rankset as supervisor
+from jupyter_torchdist.launchers.session import embedded as spark_launcher
 
 from ..support import fault_helpers as fh
 from ..support.channel import GREETING, Recorder, refused

@@ -11,7 +11,7 @@ import cloudpickle
 import pytest
 
 from jupyter_torchdist.core.errors import RunTimeout
-from jupyter_torchdist.kernel.launch import Work, launch
+from jupyter_torchdist.kernel.runs.launch import Work, launch
 from jupyter_torchdist.core.options import RunOptions
 from jupyter_torchdist.views.text import TextView
 
@@ -99,7 +99,7 @@ else:
 
 
 def test_a_scripts_ranks_say_where_they_were_by_file_and_line(tmp_path):
-    from jupyter_torchdist.kernel.script import script_function
+    from jupyter_torchdist.kernel.script_source import script_function
 
     (tmp_path / "train.py").write_text(SCRIPT)
     work = Work(script_function([str(tmp_path / "train.py")]), title="script train.py", filename="<script>")

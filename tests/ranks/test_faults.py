@@ -16,9 +16,9 @@ import pytest
 import jupyter_torchdist as jt
 from jupyter_torchdist.kernel.pickling import pack
 from jupyter_torchdist.core.errors import RunFailed, RunInterrupted, RunTimeout
-from jupyter_torchdist.kernel.rankset import RankSet
+from jupyter_torchdist.kernel.runs.rankset import RankSet
 from jupyter_torchdist.core.options import RunOptions
-from jupyter_torchdist.kernel.launch import execute
+from jupyter_torchdist.kernel.runs.launch import execute
 from jupyter_torchdist.views import NullView
 
 from ..support import fault_helpers as fh
@@ -167,7 +167,7 @@ def test_a_ranks_result_arriving_after_its_agents_exit_report_is_still_a_success
     exited" can overtake the rank's own result. Here rank 1's messages are delivered 300 ms late."""
     import queue
 
-    from jupyter_torchdist.kernel import rankset as supervisor
+    from jupyter_torchdist.kernel.runs import rankset as supervisor
 
     class LateRankOne:
         """Rank 1's messages go through one forwarding thread, each 300 ms late and in order."""

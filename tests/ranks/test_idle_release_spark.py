@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from jupyter_torchdist.launchers import idle_release, spark_session
+from jupyter_torchdist.launchers.session import idle_release, embedded as spark_session
 
 pytestmark = pytest.mark.spark
 

@@ -7,7 +7,7 @@ import pytest
 
 import jupyter_torchdist as jt
 from jupyter_torchdist.core.errors import RunFailed
-from jupyter_torchdist.kernel.script import MAX_SIBLING_BYTES, collect_siblings, script_function
+from jupyter_torchdist.kernel.script_source import MAX_SIBLING_BYTES, collect_siblings, script_function
 
 from ..support import EXAMPLES
 from ..support.script_project import TRAIN, make_project

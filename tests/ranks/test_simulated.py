@@ -10,8 +10,8 @@ import pytest
 import jupyter_torchdist as jt
 from jupyter_torchdist.core.errors import LaunchError, RunFailed
 from jupyter_torchdist.launchers import backend_for
-from jupyter_torchdist.launchers import simulated
-from jupyter_torchdist.launchers.simulated import PER_PROCESS, SIMULATE_ENV
+from tests.support import simulated
+from tests.support.simulated import PER_PROCESS, SIMULATE_ENV
 from jupyter_torchdist.core.options import RunOptions
 
 

@@ -187,7 +187,7 @@ LOCAL_CLUSTER = textwrap.dedent(r"""
     from pyspark import SparkConf, SparkContext
     from pyspark.sql import SparkSession
     from jupyter_torchdist import TorchDistributor
-    from jupyter_torchdist.launchers.spark_session import slots_available
+    from jupyter_torchdist.launchers.session.embedded import slots_available
 
     def emit(**kw):
         print("RESULT " + json.dumps(kw), flush=True)

@@ -65,7 +65,7 @@ CELLS = [
     # LiveView syncing trimmed snapshots over the widget comm at 10 updates a second); only the 64 ranks
     # are simulated, which 2 cores could not run. It goes on until the test writes FINISH_64.
     "import os, time\n"
-    "from jupyter_torchdist.kernel.state import RunState\n"
+    "from jupyter_torchdist.kernel.state.run import RunState\n"
     "from jupyter_torchdist.views.live import LiveView\n"
     "n, total = 64, 3000\n"
     "st = RunState(n, title='%%distribute -n 64 (simulated ranks)', backend='simulated', started_at=0.0)\n"
@@ -92,7 +92,8 @@ CELLS = [
     # 6-8: 1,024 simulated ranks over 16 hosts (the real kernel side, simulated ranks: launchers/simulated.py);
     # rank 700 raises 30 s in. A many-rank run is drawn as a summary and a paged table.
     f"import os\nos.environ['JUPYTER_TORCHDIST_SIMULATE'] = {MANY_SPEC!r}\n"
-    "from jupyter_torchdist.launchers import simulated\nsimulated.enable()  # tests register it, never the package",
+    f"import sys\nsys.path.insert(0, {str(ROOT)!r})\n"
+    "from tests.support import simulated\nsimulated.enable()  # a test double: tests register it, the package has none",
     "%%distribute -n 1024\npass",
     "del os.environ['JUPYTER_TORCHDIST_SIMULATE']",
 ]

@@ -10,8 +10,8 @@ import struct
 import pytest
 
 from jupyter_torchdist.channel import protocol as P
-from jupyter_torchdist.channel.client import connect
-from jupyter_torchdist.kernel.state import RunState
+from jupyter_torchdist.channel.handshake import connect
+from jupyter_torchdist.kernel.state.run import RunState
 
 from ..support.channel import GREETING, messages, read_until_closed, until
 

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from jupyter_torchdist.core import contract as C
 from jupyter_torchdist.channel import protocol as P
-from jupyter_torchdist.channel.client import connect
+from jupyter_torchdist.channel.handshake import connect
 from jupyter_torchdist.channel.server import ChannelServer
 
 from ..support.channel import GREETING, messages, read_until_closed, until

@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from jupyter_torchdist.channel import protocol as P
-from jupyter_torchdist.channel.client import connect
+from jupyter_torchdist.channel.handshake import connect
 from jupyter_torchdist.channel.server import ChannelServer
 
 from ..support.channel import GREETING, Recorder, refused

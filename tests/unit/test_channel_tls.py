@@ -13,7 +13,7 @@ import pytest
 from jupyter_torchdist.channel import protocol as P
 from jupyter_torchdist.channel import server as channel_mod
 from jupyter_torchdist.channel import tls
-from jupyter_torchdist.channel.client import connect
+from jupyter_torchdist.channel.handshake import connect
 from jupyter_torchdist.channel.server import ChannelServer
 
 from ..support.channel import Recorder, refused

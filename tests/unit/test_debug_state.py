@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 from jupyter_torchdist.core import contract as C
-from jupyter_torchdist.kernel.places import where_lines
-from jupyter_torchdist.kernel.state import RunState
+from jupyter_torchdist.kernel.state.places import where_lines
+from jupyter_torchdist.kernel.state.run import RunState
 from jupyter_torchdist.views.live import live_snapshot
 from jupyter_torchdist.views.report_html import report_html
 from jupyter_torchdist.views.report_text import report_text
@@ -36,7 +36,7 @@ def _place(st: RunState, rank: int, frames: list, at: float, collective: str | N
 
 
 def _stalled(st: RunState, now: float) -> bool:
-    from jupyter_torchdist.kernel.stall import stalled
+    from jupyter_torchdist.kernel.state.stall import stalled
 
     st.now = now
     return stalled(st.debug, st.ranks, st.started_at, now)

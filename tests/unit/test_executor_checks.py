@@ -5,7 +5,7 @@ from __future__ import annotations
 import socket
 
 from jupyter_torchdist.core import _versions
-from jupyter_torchdist.kernel.rank_state import RankState
+from jupyter_torchdist.kernel.state.rank import RankState
 from jupyter_torchdist.launchers.spark_jobs import explain_worker_python
 from jupyter_torchdist.rank import interfaces
 

@@ -1,10 +1,10 @@
-"""The idle release's clock (kernel/idle.py): when it releases, that it retries what was busy, and that a cell
+"""The idle release's clock (kernel/runs/idle.py): when it releases, that it retries what was busy, and that a cell
 brings back what went. Real threads, no kernel: the releasing and the bringing back are the test's."""
 from __future__ import annotations
 
 import threading
 
-from jupyter_torchdist.kernel.idle import IDLE_ENV, IdleWatch, idle_seconds
+from jupyter_torchdist.kernel.runs.idle import IDLE_ENV, IdleWatch, idle_seconds
 
 
 def _watch(seconds: float, busy=lambda: False, gives=("the local process server",)):

@@ -86,12 +86,12 @@ def test_no_function_is_too_long():
 
 def test_the_kernel_side_does_not_load_the_rank_runtime_and_the_rank_side_no_kernel_code():
     code = ("import sys, jupyter_torchdist as jt\n"
-            "import jupyter_torchdist.kernel.launch, jupyter_torchdist.kernel.magic\n"
+            "import jupyter_torchdist.kernel.runs.launch, jupyter_torchdist.kernel.magics.distribute\n"
             "import jupyter_torchdist.launchers.spark\n"
             "import jupyter_torchdist.launchers.local\n"
             "print(sorted(m for m in sys.modules if m.startswith('jupyter_torchdist.rank.') "
             "and m not in ('jupyter_torchdist.rank.api', 'jupyter_torchdist.rank.forking', "
-            "'jupyter_torchdist.rank.kept_payload', 'jupyter_torchdist.rank.params')))\n"
+            "'jupyter_torchdist.rank.kept_payload', 'jupyter_torchdist.rank.sweep_params')))\n"
             "print('pyspark' in sys.modules)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split("\n")
     assert out[0] == "[]", f"the kernel loaded rank runtime modules: {out[0]}"

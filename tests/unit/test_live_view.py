@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from jupyter_torchdist.kernel.state import RunState
+from jupyter_torchdist.kernel.state.run import RunState
 from jupyter_torchdist.views import NullView, live, make_view
 from jupyter_torchdist.views.display import DisplayView
 from jupyter_torchdist.views.live import LiveView, RunWidget, live_snapshot

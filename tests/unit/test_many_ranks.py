@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 
 from jupyter_torchdist.core.errors import RankFailure, RunFailed
-from jupyter_torchdist.kernel.places import grouped_where_lines
-from jupyter_torchdist.kernel.state import RunState
-from jupyter_torchdist.kernel.summary import is_many
+from jupyter_torchdist.kernel.state.places import grouped_where_lines
+from jupyter_torchdist.kernel.state.run import RunState
+from jupyter_torchdist.kernel.state.many_ranks import is_many
 from jupyter_torchdist.rank.client import BATCH_INTERVAL_S, MAX_INTERVAL_S, PROGRESS_PER_BATCH, pace
 from jupyter_torchdist.views.live import TABLE_MIN_S, LiveView
 from jupyter_torchdist.views.report import report_bundle

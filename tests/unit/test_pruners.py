@@ -6,7 +6,7 @@ import math
 import pytest
 
 from jupyter_torchdist.core.errors import OptionsError
-from jupyter_torchdist.kernel.pruners import ASHA, MedianRule, make_pruner, reduce_ranks
+from jupyter_torchdist.kernel.sweeps.early_stop import ASHA, MedianRule, make_pruner, reduce_ranks
 
 # Nine members arriving one by one; member i's loss at step s is CONSTANTS[i] / s.
 CONSTANTS = [4, 7, 2, 9, 1, 6, 3, 8, 5]

@@ -10,7 +10,7 @@ import pytest
 
 from jupyter_torchdist.core import contract as C
 from jupyter_torchdist.core._sources import register_source
-from jupyter_torchdist.rank import collectives, debugger, runtime, where
+from jupyter_torchdist.rank import collectives, debugger, runtime, places as where
 
 CELL = "Cell In[9]"
 SOURCE = "%%distribute -n 2\nimport threading\nev = threading.Event()\nstarted.set()\nev.wait(30)\n"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from jupyter_torchdist.kernel.script import script_function
+from jupyter_torchdist.kernel.script_source import script_function
 from jupyter_torchdist.tracking.recorder import _code
 
 

@@ -14,7 +14,7 @@ from jupyter_torchdist.views.report_html import report_html
 from jupyter_torchdist.views.report_text import report_text
 from jupyter_torchdist.views.trim import REPORT, trim_snapshot
 
-from jupyter_torchdist.kernel.state import RunState
+from jupyter_torchdist.kernel.state.run import RunState
 
 LOG_TAIL_LINES = REPORT.log_lines
 

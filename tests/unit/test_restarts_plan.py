@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from jupyter_torchdist.data.plan import block_order, plan_epoch, resume_plan
 from jupyter_torchdist.core.errors import OptionsError, RankFailure, RunFailed, RunTimeout
-from jupyter_torchdist.kernel.restarts import CheckpointFolder, ContinuedView, restartable
+from jupyter_torchdist.kernel.runs.restarts import CheckpointFolder, ContinuedView, restartable
 from jupyter_torchdist.core.options import RunOptions, parse_options
 from jupyter_torchdist.rank.checkpoint_store import Store, commit_name
 

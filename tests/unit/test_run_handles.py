@@ -1,5 +1,6 @@
-"""The handles a notebook holds (kernel/handles.py, kernel/sweep_state.py, kernel/control.py): states, waiting,
-values and errors, stops that reach only their run, and the tables. No ranks: the drivers' side is played here."""
+"""The handles a notebook holds (kernel/runs/handles.py, kernel/sweeps/comparison.py, kernel/runs/view_requests.py):
+states, waiting, values and errors, stops that reach only their run, and the tables. No ranks: the drivers' side is
+played here."""
 from __future__ import annotations
 
 import queue
@@ -9,9 +10,9 @@ import pytest
 
 from jupyter_torchdist.core import contract as C
 from jupyter_torchdist.core.errors import RankFailure, RunFailed, RunInterrupted
-from jupyter_torchdist.kernel import control
-from jupyter_torchdist.kernel.handles import RunList, new_run
-from jupyter_torchdist.kernel.sweep_state import metric_of, results_rows, sweep_snapshot
+from jupyter_torchdist.kernel.runs import view_requests as control
+from jupyter_torchdist.kernel.runs.handles import RunList, new_run
+from jupyter_torchdist.kernel.sweeps.comparison import metric_of, results_rows, sweep_snapshot
 from jupyter_torchdist.core.options import RunOptions
 
 

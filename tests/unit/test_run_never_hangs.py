@@ -7,8 +7,8 @@ import pytest
 
 import jupyter_torchdist as jt
 from jupyter_torchdist.core.errors import LaunchError
-from jupyter_torchdist.kernel import scheduling
-from jupyter_torchdist.kernel.handles import runs
+from jupyter_torchdist.kernel.runs import scheduling
+from jupyter_torchdist.kernel.runs.handles import runs
 
 
 class Broken(RuntimeError):
@@ -45,7 +45,7 @@ def test_a_sweep_whose_probe_fails_ends_every_member(probe_fails):
 
 def test_a_slot_count_that_fails_while_the_run_waits_ends_it(monkeypatch):
     """The run queues behind another holder; then reading the backend's slots raises."""
-    from jupyter_torchdist.kernel.turns import Place, turns
+    from jupyter_torchdist.kernel.runs.turns import Place, turns
 
     holder = Place(-1, 1, "broken-pool")
     assert turns.wait(holder, lambda: 1) == "go"

@@ -1,6 +1,7 @@
-"""Where a sweep's members come from (kernel/search.py) and how a study is kept (kernel/study_store.py): draws that a
-seed repeats, a grid sampled without repeats, Optuna's ask-and-tell with lists of any values, a study file that
-keeps tuples as tuples and refuses another sweep's file; the search options' checks (core/search_options.py)."""
+"""Where a sweep's members come from (kernel/sweeps/search.py) and how a study is kept (kernel/sweeps/study.py):
+draws that a seed repeats, a grid sampled without repeats, Optuna's ask-and-tell with lists of any values, a study
+file that keeps tuples as tuples and refuses another sweep's file; the search options'
+checks (core/search_options.py)."""
 from __future__ import annotations
 
 import pytest
@@ -8,9 +9,9 @@ import pytest
 from jupyter_torchdist.core.errors import LaunchError, OptionsError
 from jupyter_torchdist.core.options import RunOptions, parse_options
 from jupyter_torchdist.core.space import check_space, choice, loguniform
-from jupyter_torchdist.kernel.search import make_search
-from jupyter_torchdist.kernel.study_store import Member, open_study
-from jupyter_torchdist.kernel.sweep_state import SweepFacts, scales
+from jupyter_torchdist.kernel.sweeps.search import make_search
+from jupyter_torchdist.kernel.sweeps.study import Member, open_study
+from jupyter_torchdist.kernel.sweeps.comparison import SweepFacts, scales
 
 
 def _all(search):

@@ -1,7 +1,7 @@
 """Unit: the standalone master's view of who holds its cores, in words (the JSON its web UI serves)."""
 from __future__ import annotations
 
-from jupyter_torchdist.launchers.spark_master import _ui, describe_holders, who_holds_cores
+from jupyter_torchdist.launchers.session.master import _ui, describe_holders, who_holds_cores
 
 STATE = {"cores": 4, "coresused": 4, "activeapps": [
     {"id": "app-1", "name": "alice-lab3", "user": "alice", "cores": 2, "starttime": 0},

@@ -1,4 +1,4 @@
-"""The rule for runs on a session with ``spark.ssl.enabled=true`` (``launchers/spark_security.py``): refused unless
+"""The rule for runs on a session with ``spark.ssl.enabled=true`` (``launchers/session/tls_consent.py``): refused unless
 ``pytorch.spark.distributor.ignoreSsl=true``, as pyspark's TorchDistributor does, with the truth about what is and
 is not encrypted; and both launchers apply it before anything is submitted (their sessions faked: the rule reads
 only the session's conf). A real session's conf: ranks/test_torch_distributor.py."""
@@ -12,7 +12,7 @@ from jupyter_torchdist.channel.tls import TLS_CONF_KEY
 from jupyter_torchdist.core.errors import LaunchError
 from jupyter_torchdist.launchers import connect
 from jupyter_torchdist.launchers import spark as spark_mod
-from jupyter_torchdist.launchers.spark_security import (IGNORE_SSL_KEY, SSL_KEY, require_ssl_consent, session_conf,
+from jupyter_torchdist.launchers.session.tls_consent import (IGNORE_SSL_KEY, SSL_KEY, require_ssl_consent, session_conf,
                                                         ssl_verdict)
 from jupyter_torchdist.core.options import RunOptions
 

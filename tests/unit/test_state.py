@@ -9,7 +9,7 @@ import pytest
 
 from jupyter_torchdist.core import contract as C
 from jupyter_torchdist.core.errors import RunError, RunFailed, RunInterrupted, RunTimeout
-from jupyter_torchdist.kernel.state import HISTORY_POINTS, RunState
+from jupyter_torchdist.kernel.state.run import HISTORY_POINTS, RunState
 from jupyter_torchdist.views.schema import RunSnapshot
 
 PKG = pathlib.Path(__file__).resolve().parents[2] / "jupyter_torchdist"

@@ -87,7 +87,7 @@ def test_a_trace_over_the_frame_limit_is_not_sent_and_the_note_says_why():
 
 
 def test_a_recorder_that_fails_is_said_once_and_never_costs_the_run():
-    from jupyter_torchdist.kernel.supervisor import Supervisor
+    from jupyter_torchdist.kernel.runs.supervisor import Supervisor
 
     def broken(_ev):
         raise OSError("disk full")

@@ -12,10 +12,10 @@ import pytest
 from jupyter_torchdist import TorchDistributor
 from jupyter_torchdist.core.errors import (CaptureError, LaunchError, OptionsError, RunError, RunFailed, RunInterrupted,
                                       RunTimeout)
-from jupyter_torchdist.kernel import torch_distributor as td
-from jupyter_torchdist.kernel.torch_distributor import GpuFacts, gpu_plan
+from jupyter_torchdist.kernel.compat import torch_distributor as td
+from jupyter_torchdist.kernel.compat.torch_distributor import GpuFacts, gpu_plan
 from jupyter_torchdist.launchers import spark as spark_mod
-from jupyter_torchdist.launchers import sessions, spark_session
+from jupyter_torchdist.launchers.session import notebook as sessions, embedded as spark_session
 from jupyter_torchdist.core.options import DEFAULT_WAIT_S, RunOptions
 
 

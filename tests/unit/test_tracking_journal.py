@@ -139,7 +139,7 @@ def test_the_notebooks_config_sets_the_default_tracker(monkeypatch):
 
     from jupyter_torchdist.core import track_options
     from jupyter_torchdist.core.options import parse_options
-    from jupyter_torchdist.kernel.magic import DistributeMagics
+    from jupyter_torchdist.kernel.magics.distribute import DistributeMagics
 
     monkeypatch.delenv(track_options.TRACK_ENV, raising=False)
     magics = DistributeMagics(shell=InteractiveShell.instance())

@@ -1,4 +1,4 @@
-"""Runs take a backend's slots first in, first out (kernel/turns.py), and Spark jobs of runs at once never wait
+"""Runs take a backend's slots first in, first out (kernel/runs/turns.py), and Spark jobs of runs at once never wait
 for each other's lane (launchers/spark_jobs.py): both with real threads, no Spark."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from jupyter_torchdist.kernel.turns import Place, Turns
+from jupyter_torchdist.kernel.runs.turns import Place, Turns
 from jupyter_torchdist.launchers.spark_jobs import _Lanes
 
 

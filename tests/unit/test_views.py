@@ -5,7 +5,7 @@ import io
 import re
 from pathlib import Path
 
-from jupyter_torchdist.kernel.state import RunState
+from jupyter_torchdist.kernel.state.run import RunState
 from jupyter_torchdist.views import chart, style
 from jupyter_torchdist.views.report_html import report_html
 from jupyter_torchdist.views.report_text import report_text

@@ -4,7 +4,7 @@ from __future__ import annotations
 import threading
 
 from jupyter_torchdist.launchers import backend_for
-from jupyter_torchdist.launchers import spark_session
+from jupyter_torchdist.launchers.session import embedded as spark_session
 from jupyter_torchdist.core.options import RunOptions
 
 

@@ -1,0 +1,2 @@
+"""The peers' classes under our run path: pyspark's ``TorchDistributor`` and ``DeepspeedTorchDistributor``, with
+their GPU sizing."""

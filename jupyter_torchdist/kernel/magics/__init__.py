@@ -1,0 +1,1 @@
+"""The IPython magics: ``%%distribute`` and its line magics. Only wiring; every step lives in another room."""

@@ -1,0 +1,65 @@
+"""The magic's background side: ``--background`` and ``--sweep`` cells, and ``%distribute_wait``. Only wiring."""
+from __future__ import annotations
+
+from typing import Any
+
+from IPython.core.error import UsageError
+
+from ...core.options import RunOptions
+from ...views import NullView, make_view
+from ..runs.launch import Work, launch_background
+from ..runs.handles import Run, find, last_background
+from ..sweeps.sweep import Sweep
+from ..sweeps.start import sweep_cell
+
+__all__ = ["run_background", "run_sweep", "wait_for"]
+
+
+def run_background(shell: Any, work: Work, options: RunOptions) -> Run:
+    """Start the run, its view in this cell; the handle is the cell's value. ``-o NAME`` is set when it succeeds."""
+    name = options.output
+
+    def store(run: Run) -> None:
+        if name and run.state == "done":
+            shell.user_ns[name] = run.result()
+
+    return launch_background(work, options, make_view(shell, options.quiet, background=True), on_end=store)
+
+
+def run_sweep(shell: Any, work: Work, options: RunOptions) -> Sweep:
+    from ...views.compare import SweepView
+
+    view = SweepView() if not options.quiet and getattr(shell, "kernel", None) is not None else NullView()
+    return sweep_cell(work.fn, options, view, title=work.title, filename=work.filename, source=work.source)
+
+
+def wait_for(line: str) -> Any:
+    """``%distribute_wait [N]``: wait for run N (default: the last background run, or its whole sweep), then its
+    value, or its error raised as a foreground cell's would be; a sweep's results table."""
+    run = _which(line.strip())
+    target: Run | Sweep = run.sweep if run.sweep is not None and not line.strip() else run
+    try:
+        target.wait()
+    except KeyboardInterrupt:
+        print(f"stopped waiting: {target!r} goes on (its .stop() stops it)", flush=True)
+        raise
+    if isinstance(target, Sweep):
+        return target.results()
+    return target.result()
+
+
+def _which(text: str) -> Run:
+    if not text:
+        run = last_background()
+        if run is None:
+            raise UsageError("no background run in this kernel yet: %%distribute --background starts one")
+        return run
+    try:
+        number = int(text.lstrip("#"))
+    except ValueError:
+        raise UsageError(f"%distribute_wait takes a run's number (jupyter_torchdist.runs() lists them), "
+                         f"got {text!r}") from None
+    run = find(number)
+    if run is None:
+        raise UsageError(f"no run {number} in this kernel: jupyter_torchdist.runs() lists them")
+    return run

@@ -1,0 +1,142 @@
+"""``%%distribute --keep`` and ``%distribute_stop``: the notebook's one set of kept ranks."""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from ...core.errors import LaunchError
+from ...launchers import backend_for
+from ...launchers.limits import check_background
+from ...core.options import RunOptions
+from ...rank.kept_payload import KeptPostMortem
+from ...views import make_view
+from ..cell import CellSyntaxError
+from ..kept.ranks import KeptInfo, Ranks, notebook_ranks, set_notebook_ranks
+from ..kept.cell import kept_cell
+from ..runs.scheduling import ScheduledRun, background_run, drive, start_on_thread
+from ..pickling import pack
+from ..runs.restarts import ContinuedView
+from ..runs.result import RunResult
+from ..runs.launch import Work
+from ..runs.handles import Run, background_going, new_run
+
+__all__ = ["run_kept", "stop_kept", "kept", "debug_kept"]
+
+
+def kept() -> KeptInfo | None:
+    """The notebook's kept ranks (``%%distribute --keep``): ranks, backend, hosts and pids, since, cells; or None."""
+    ranks = notebook_ranks()
+    return ranks.describe() if ranks is not None else None
+
+
+def _describe(info: KeptInfo) -> str:
+    return f"{info.n} kept rank{'s' if info.n != 1 else ''} on {info.backend}, {info.cells} cells run"
+
+
+def stop_kept() -> str:
+    ranks = notebook_ranks()
+    if ranks is None:
+        return "no kept ranks are up (a %%distribute --keep cell starts them)"
+    info = ranks.describe()
+    ranks.stop()
+    set_notebook_ranks(None)
+    slots = f"; their {info.n} {info.holds} are free" if info is not None and info.holds else ""
+    return f"stopped the {_describe(info) if info else 'kept ranks'}: every rank process has ended{slots}"
+
+
+def _differs(info: KeptInfo, options: RunOptions) -> str | None:
+    if options.n_explicit and options.n != info.n:
+        return f"this cell asks for -n {options.n}"
+    if options.gpu != info.gpu:
+        return "this cell " + ("asks for --gpu" if options.gpu else "runs without --gpu")
+    backend = backend_for(options).name
+    if backend != info.backend_name and "warming" not in (backend, info.backend_name):  # started on this machine
+        # while the embedded session started: they stay where they are, as kept ranks on the embedded session do
+        return f"this cell runs on the {backend} backend, the kept ranks on the {info.backend_name} backend"
+    return None
+
+
+def _ranks_for(options: RunOptions) -> Ranks:
+    """The kept ranks this cell runs on: the notebook's, unless the cell asks for different ones."""
+    ranks = notebook_ranks()
+    info = ranks.describe() if ranks is not None else None
+    why = _differs(info, options) if info is not None else None
+    if ranks is not None and why is not None and ranks.busy():
+        busy = ranks.busy()[0]
+        raise LaunchError(f"the kept ranks are busy with run {busy} and {why}: wait for it (%distribute_wait {busy}) "
+                          "or stop it (jupyter_torchdist.runs()[...].stop()) before starting different kept ranks")
+    if ranks is not None and info is not None and why is not None:
+        ranks.stop()
+        print(f"jupyter-torchdist: stopped the {_describe(info)} ({why}); their state is gone. Starting new ones.")
+        ranks = None
+    if ranks is None:
+        n = options.n if options.n_explicit or info is None else info.n
+        ranks = Ranks.for_options(replace(options, n=n, timeout=None, all_ranks=False, data_workers=None))
+        set_notebook_ranks(ranks)
+    return ranks
+
+
+def run_kept(shell: Any, line: str, cell: str, options: RunOptions, number: int) -> Any:
+    """Run the cell on the notebook's kept ranks (starting them if none are up), after the cells already running
+    or waiting there; its value, or (``--background``) its handle at once."""
+    ranks = _ranks_for(options)
+    filename = f"Cell In[{number}]"
+    try:
+        job = kept_cell(shell.transform_cell(cell), filename, shell.user_ns, ranks.rank_names,
+                        set(getattr(shell, "user_ns_hidden", {})))
+    except CellSyntaxError as exc:
+        shell.showsyntaxerror(filename=exc.filename)
+        return None
+    payload = pack(job, max_bytes=options.max_payload_bytes, named=job.shipped)
+    header = f"%%distribute {line}".strip()
+    n = ranks.options.n
+    run_options = options if options.n == n else replace(options, n=n)
+    work = Work(job, title=f"{header} (a cell on kept ranks)", filename=filename, source=header + "\n" + job.source)
+
+    def attempts(d: ScheduledRun) -> RunResult:
+        return ranks.execute(d.payload, d.options, title=f"{header} (cell {ranks_cells(ranks) + 1} on kept ranks)",
+                             view=d.shown, filename=work.filename, source=work.source, run=d.run)
+
+    view = make_view(shell, options.quiet, background=options.background)
+    if options.background:
+        check_background(background_going())
+        d = background_run(payload, run_options, view, work, attempts)
+        start_on_thread(d, on_end=_stores(shell, options.output), pools=lambda: [ranks.turn(d.run)])
+        return d.run
+    run = new_run(work.title, run_options)
+    scheduled = ScheduledRun(run, payload, run_options, work, ContinuedView(view), attempts)
+    result = drive(scheduled, lambda: [ranks.turn(run)], None)
+    if options.output:
+        shell.user_ns[options.output] = result.value
+    return result.value
+
+
+def _stores(shell: Any, name: str | None) -> Any:
+    """What a background cell does when it ends: ``-o NAME`` is set to its value if it succeeded."""
+    def store(run: Run) -> None:
+        if name and run.state == "done":
+            shell.user_ns[name] = run.result()
+    return store
+
+
+def ranks_cells(ranks: Ranks) -> int:
+    info = ranks.describe()
+    return info.cells if info is not None else 0
+
+
+def debug_kept(shell: Any) -> None:
+    """``%distribute_debug``: the post-mortem of the kept rank whose cell raised last, in the notebook."""
+    ranks = notebook_ranks()
+    info = ranks.describe() if ranks is not None else None
+    if ranks is None or info is None:
+        print("no kept ranks are up (none were started, or a failure stopped them): %distribute_debug opens the "
+              "post-mortem of a failed %%distribute --keep cell while its ranks are up. For other cells, run "
+              "them with --pdb.")
+        return
+    if info.failed_rank is None:
+        print("the last kept cell did not raise on any rank: there is no failure to debug.")
+        return
+    options = replace(ranks.options, timeout=None, all_ranks=False, pdb=False, output=None)
+    ranks.execute(pack(KeptPostMortem(info.failed_rank), max_bytes=options.max_payload_bytes), options,
+                  title=f"%distribute_debug: the post-mortem of rank {info.failed_rank}",
+                  view=make_view(shell, options.quiet))

@@ -1,0 +1,111 @@
+"""The plain Python API under the magic, for code outside notebooks."""
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ..core.space import check_space
+from ..core.options import RunOptions
+from ..core.track_options import AUTO_WINDOW, default_trackers, parse_trackers, parse_window
+from ..views import NullView, RunView
+from .runs.result import RunResult
+from .runs.launch import Work, launch, launch_background
+from .sweeps.sweep import Sweep
+from .sweeps.start import sweep_function
+
+__all__ = ["run", "run_detailed", "sweep", "spark_session"]
+
+
+def _recording(track: str | None, experiment: str | None, logdir: str | None,
+               profile: bool | str | tuple[int, int] | None) -> dict[str, Any]:
+    """``track=``, ``experiment=``, ``logdir=``, ``profile=`` as RunOptions' fields (``track=None``: the default
+    tracker, ``%config DistributeMagics.track`` or the environment's; ``profile=True`` or ``"5:10"``)."""
+    window: tuple[int, int] | None
+    if profile is None or profile is False:
+        window = None
+    elif profile is True:
+        window = AUTO_WINDOW
+    elif isinstance(profile, str):
+        window = parse_window(profile)
+    else:
+        window = tuple(profile)  # type: ignore[assignment]
+    trackers = default_trackers() if track is None else parse_trackers(track, "track=")
+    return {"track": trackers, "experiment": experiment, "logdir": logdir, "profile": window}
+
+
+def run_detailed(fn: Callable[..., Any], *args: Any, n: int = 2, gpu: bool = False, local: bool = False,
+                 timeout: float | None = None, all_ranks: bool = False, data_workers: int | None = None,
+                 max_restarts: int = 0, checkpoint_dir: str | None = None, view: RunView | None = None,
+                 track: str | None = None, experiment: str | None = None, logdir: str | None = None,
+                 profile: bool | str | tuple[int, int] | None = None, **kwargs: Any) -> RunResult:
+    """Like ``run`` but returns the whole ``RunResult`` (every rank's value, state, logs, failed attempts)."""
+    options = RunOptions(n=n, gpu=gpu, local=local, timeout=timeout, all_ranks=all_ranks, data_workers=data_workers,
+                         max_restarts=max_restarts, checkpoint_dir=checkpoint_dir,
+                         **_recording(track, experiment, logdir, profile))
+    work = Work(fn, args, kwargs, title=f"run({getattr(fn, '__name__', 'fn')}) -n {n}")
+    return launch(work, options, view)
+
+
+def run(fn: Callable[..., Any], *args: Any, n: int = 2, gpu: bool = False, local: bool = False,
+        timeout: float | None = None, all_ranks: bool = False, data_workers: int | None = None,
+        max_restarts: int = 0, checkpoint_dir: str | None = None, background: bool = False,
+        track: str | None = None, experiment: str | None = None, logdir: str | None = None,
+        profile: bool | str | tuple[int, int] | None = None, **kwargs: Any) -> Any:
+    """Call ``fn(*args, **kwargs)`` on ``n`` ranks (process group ready) and return rank 0's value.
+
+    With ``all_ranks=True`` the list of every rank's value comes back instead. A Spark DataFrame among the
+    arguments reaches the ranks as a handle for ``jupyter_torchdist.batches``; ``data_workers`` Spark tasks
+    prepare its batches (default: the session's task slots beyond the ranks'). ``max_restarts`` and
+    ``checkpoint_dir`` are ``--max-restarts`` and ``--checkpoint-dir`` (``jupyter_torchdist.commit``/``restore``).
+    With ``background=True`` a ``Run`` handle comes back at once (``.result()`` gives the value later).
+    ``track`` ("mlflow", "tensorboard", "mlflow,tensorboard", "none"), ``experiment``, ``logdir`` and ``profile``
+    (True, or "START:STOP") are ``--track``, ``--experiment``, ``--logdir`` and ``--profile``.
+    """
+    if background:
+        options = RunOptions(n=n, gpu=gpu, local=local, timeout=timeout, all_ranks=all_ranks,
+                             data_workers=data_workers, max_restarts=max_restarts, checkpoint_dir=checkpoint_dir,
+                             background=True, **_recording(track, experiment, logdir, profile))
+        return launch_background(Work(fn, args, kwargs, title=f"run({getattr(fn, '__name__', 'fn')}) -n {n}"),
+                                 options)
+    return run_detailed(fn, *args, n=n, gpu=gpu, local=local, timeout=timeout, all_ranks=all_ranks,
+                        data_workers=data_workers, max_restarts=max_restarts, checkpoint_dir=checkpoint_dir,
+                        track=track, experiment=experiment, logdir=logdir, profile=profile, **kwargs).value
+
+
+def sweep(fn: Callable[..., Any], space: Mapping[str, Any], *args: Any, n: int = 2, gpu: bool = False,
+          local: bool = False, timeout: float | None = None, all_ranks: bool = False, concurrent: int | None = None,
+          max_restarts: int = 0, checkpoint_dir: str | None = None, trials: int | None = None,
+          search: str | None = None, seed: int | None = None, metric: str = "loss", mode: str = "min",
+          early_stop: str = "none", grace: int = 1, metric_reduce: str | None = None, study: str | None = None,
+          track: str | None = None, experiment: str | None = None, logdir: str | None = None,
+          profile: bool | str | tuple[int, int] | None = None, **kwargs: Any) -> Sweep:
+    """Call ``fn(*args, **kwargs, **params)`` on ``n`` ranks once per member of ``space``, as background runs,
+    ``concurrent`` at once (default: as many as the task slots hold). Returns the sweep's handle at once:
+    ``wait()``, ``results()``, ``best()``, ``stop()``, ``runs``.
+
+    ``space`` maps names to lists (a grid: every combination) or distributions (``loguniform``, ``uniform``,
+    ``intrange``, ``choice``: ``trials`` members drawn by ``search``, "random" or "optuna"). ``metric``/``mode`` name
+    what the ranks report with ``report(...)`` that judges the members; ``early_stop`` ("asha", "median") stops the
+    worse ones from step ``grace`` on; ``study`` (a SQLite file) makes the search resumable. These keywords are the
+    sweep's own: to hand ``fn`` an argument of one of these names, bind it first (``functools.partial``).
+    ``track``/``experiment``/``logdir``/``profile`` record it as ``run`` does: a parent record, a child per member.
+    """
+    options = RunOptions(n=n, gpu=gpu, local=local, timeout=timeout, all_ranks=all_ranks, concurrent=concurrent,
+                         max_restarts=max_restarts, checkpoint_dir=checkpoint_dir, sweep=check_space(space),
+                         background=True, trials=trials, search=search, seed=seed, metric=metric, mode=mode,
+                         early_stop=early_stop, grace=grace, metric_reduce=metric_reduce, study=study,
+                         **_recording(track, experiment, logdir, profile))
+    return sweep_function(fn, options, args, kwargs, NullView())
+
+
+def spark_session() -> Any:
+    """The SparkSession runs use: the notebook's active one, or the embedded local one (started if need be,
+    after ``%load_ext``'s warm-up). Build the DataFrames you train on with it; it is the active session."""
+    from ..launchers.session import autostart as embedded
+    from ..launchers.session.embedded import get_session, wait_for_warm_up
+
+    wait_for_warm_up()
+    session, is_embedded = get_session()
+    if is_embedded:
+        embedded.wanted()  # its Python workers warm up in the background
+    return session
