@@ -14,8 +14,8 @@ from typing import Any
 
 from .data import DataError
 from .data.batches import batches
-from .core.errors import (CaptureError, DistributeError, LaunchError, MemberPruned, OptionsError, RunError, RunFailed,
-                          RunInterrupted, RunTimeout)
+from .core.errors import (CaptureError, DistributeError, LaunchError, MemberFailed, MemberPruned, OptionsError,
+                          RunError, RunFailed, RunInterrupted, RunTimeout)
 from .core.space import choice, intrange, loguniform, uniform
 from .kernel.notebook_api import run, run_detailed, spark_session, sweep
 from .kernel.runs.handles import Run, runs
@@ -39,7 +39,7 @@ __all__ = [
     "report", "rank", "local_rank", "world_size", "local_world_size", "is_main", "device", "barrier",
     "main_first", "on_main", "batches", "DataError", "commit", "restore",
     "DistributeError", "OptionsError", "LaunchError", "CaptureError", "RunError", "RunFailed", "RunTimeout",
-    "RunInterrupted", "MemberPruned", "load_ipython_extension", "unload_ipython_extension",
+    "RunInterrupted", "MemberPruned", "MemberFailed", "load_ipython_extension", "unload_ipython_extension",
 ]
 
 

@@ -29,16 +29,8 @@ def test_every_option_of_the_magic_and_the_command_line_is_on_the_page():
     assert sorted(flags - _on_page()) == []
 
 
-def _magics_class() -> type:
-    try:
-        from jupyter_torchdist.kernel.magics.distribute import DistributeMagics
-    except ImportError:  # before the kernel's rooms (issue 50)
-        from jupyter_torchdist.kernel.magic import DistributeMagics  # type: ignore[no-redef]
-    return DistributeMagics
-
-
 def test_every_magic_and_every_setting_is_on_the_page():
-    DistributeMagics = _magics_class()
+    from jupyter_torchdist.kernel.magics.distribute import DistributeMagics
 
     magics = {f"%{name}" for name in DistributeMagics.magics["line"]} | \
         {f"%%{name}" for name in DistributeMagics.magics["cell"]}
