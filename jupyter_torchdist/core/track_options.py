@@ -1,8 +1,10 @@
 """Tracking and profiling options (``--track``, ``--experiment``, ``--logdir``, ``--profile``): their flags, the
-default tracker (``%config DistributeMagics.track``, then ``JUPYTER_TORCHDIST_TRACK``) and their checks.
+default tracker (``%config DistributeMagics.track``, then ``JUPYTER_TORCHDIST_TRACK``) and their checks. The trackers
+themselves are the registry's (``core/trackers.py``).
 
 Checked twice, both before any rank starts: ``check_track`` with the other options (names, windows, combinations;
-no I/O), ``check_environment`` when a run is about to be made (the trackers installed, the log folder writable).
+no I/O), ``check_environment`` when a run is about to be made (the trackers installed, the log folder writable, the
+journal's bound readable).
 """
 from __future__ import annotations
 
@@ -13,20 +15,22 @@ import re
 from typing import Any, Final
 
 from .errors import OptionsError
+from .trackers import REGISTRY, experiment_trackers
+from .trackers import names as tracker_names
 
 __all__ = ["bare_profile", "TRACKERS", "TRACK_ENV", "AUTO_WINDOW", "DEFAULT_LOGDIR", "add_track_options",
            "parse_trackers", "parse_window", "check_track", "check_environment", "default_trackers",
-           "configure_default", "MLFLOW_MISSING", "TENSORBOARD_MISSING"]
+           "configure_default", "MLFLOW_MISSING", "TENSORBOARD_MISSING", "JOURNAL_ENV", "DEFAULT_JOURNAL_MB",
+           "journal_bound"]
 
-TRACKERS: Final = ("mlflow", "tensorboard")
+TRACKERS: Final = tracker_names()
 TRACK_ENV: Final = "JUPYTER_TORCHDIST_TRACK"
+JOURNAL_ENV: Final = "JUPYTER_TORCHDIST_JOURNAL_MB"
+DEFAULT_JOURNAL_MB: Final = 1024
 AUTO_WINDOW: Final = (-1, -1)   # --profile alone: the rank picks a few steps after the first
 DEFAULT_LOGDIR: Final = "runs"
-MLFLOW_MISSING: Final = ("--track mlflow needs MLflow in the kernel's environment: `pip install "
-                         "'jupyter-torchdist[mlflow]'` (or `pip install mlflow`), then restart the kernel")
-TENSORBOARD_MISSING: Final = ("--track tensorboard writes TensorBoard's event files with its own writer: `pip "
-                              "install 'jupyter-torchdist[tensorboard]'` (or `pip install tensorboard`), then restart "
-                              "the kernel")
+MLFLOW_MISSING: Final = REGISTRY["mlflow"].missing
+TENSORBOARD_MISSING: Final = REGISTRY["tensorboard"].missing
 _WINDOW = re.compile(r"^\s*(\d+)\s*:\s*(\d+)\s*$")
 
 
@@ -40,13 +44,14 @@ def configure_default(track: str | None) -> None:
 
 
 def parse_trackers(text: str, where: str = "--track") -> tuple[str, ...]:
-    """``"mlflow"``, ``"tensorboard"``, ``"mlflow,tensorboard"``, or ``"none"``/``""`` (no tracking)."""
+    """``"mlflow"``, ``"tensorboard"``, ``"wandb"``, several (``"mlflow,tensorboard"``), or ``"none"``/``""`` (no
+    tracking)."""
     names = [part.strip().lower() for part in str(text).split(",") if part.strip()]
     if names in ([], ["none"]):
         return ()
     unknown = [n for n in names if n not in TRACKERS]
     if unknown:
-        raise OptionsError(f"{where}: unknown tracker {unknown[0]!r}; it takes mlflow, tensorboard, or both "
+        raise OptionsError(f"{where}: unknown tracker {unknown[0]!r}; it takes {', '.join(TRACKERS)}, or several "
                            "(mlflow,tensorboard); none turns tracking off")
     return tuple(dict.fromkeys(names))
 
@@ -99,13 +104,14 @@ def _trackers_arg(text: str) -> tuple[str, ...]:
 
 
 def add_track_options(p: Any) -> None:
-    p.add_argument("--track", type=_trackers_arg, default=None, metavar="mlflow|tensorboard",
+    p.add_argument("--track", type=_trackers_arg, default=None, metavar="|".join(TRACKERS),
                    help="record the run: mlflow (one MLflow run, written by the kernel: the options, every number "
-                        "rank 0 reports by step, tags, the report), tensorboard (scalar event files under "
-                        "--logdir), mlflow,tensorboard for both, none for neither (default: %%config "
-                        f"DistributeMagics.track, else ${TRACK_ENV})")
+                        "rank 0 reports by step, tags, the report), tensorboard (scalar and hparams event files under "
+                        "--logdir), wandb (one Weights & Biases run), several with commas (mlflow,tensorboard), none "
+                        f"for none (default: %%config DistributeMagics.track, else ${TRACK_ENV})")
     p.add_argument("--experiment", metavar="NAME",
-                   help="the MLflow experiment (default: the notebook's name)")
+                   help="the MLflow experiment, the W&B project (default: the notebook's name; for W&B, "
+                        "$WANDB_PROJECT first)")
     p.add_argument("--logdir", metavar="DIR",
                    help=f"where TensorBoard's event files and profiles go, a folder per run (default "
                         f"{DEFAULT_LOGDIR}/ beside the notebook)")
@@ -121,12 +127,16 @@ def check_track(options: Any) -> None:
     if not isinstance(track, tuple) or any(name not in TRACKERS for name in track):
         raise OptionsError(f"track must be a tuple of tracker names from {TRACKERS}, got {track!r}")
     if options.experiment is not None and (not isinstance(options.experiment, str) or not options.experiment.strip()):
-        raise OptionsError(f"--experiment must name an MLflow experiment, got {options.experiment!r}")
-    if options.experiment is not None and "mlflow" not in track:
-        raise OptionsError("--experiment names the MLflow experiment the run goes in: use it with --track mlflow")
+        raise OptionsError(f"--experiment must be a name (an MLflow experiment, a W&B project), got "
+                           f"{options.experiment!r}")
+    takers = experiment_trackers()
+    if options.experiment is not None and not set(takers) & set(track):
+        said = " or ".join(f"--track {t}" for t in takers)
+        named = " or ".join(str(REGISTRY[t].experiment) for t in takers)
+        raise OptionsError(f"--experiment names {named} the run goes in: use it with {said}")
     if options.logdir is not None and (not isinstance(options.logdir, str) or not options.logdir.strip()):
         raise OptionsError(f"--logdir must be a folder, got {options.logdir!r}")
-    if options.logdir is not None and "tensorboard" not in track and profile is None:
+    if options.logdir is not None and not any(REGISTRY[t].files for t in track) and profile is None:
         raise OptionsError("--logdir is where TensorBoard's files and profiles go: use it with --track tensorboard "
                            "or --profile")
     if profile is not None:
@@ -139,13 +149,31 @@ def check_track(options: Any) -> None:
 
 
 def check_environment(options: Any) -> None:
-    """Before a tracked or profiled run is made: its trackers are installed and its log folder takes files."""
-    if "mlflow" in options.track and importlib.util.find_spec("mlflow") is None:
-        raise OptionsError(MLFLOW_MISSING)
-    if "tensorboard" in options.track and importlib.util.find_spec("tensorboard") is None:
-        raise OptionsError(TENSORBOARD_MISSING)
-    if "tensorboard" in options.track or options.profile is not None:
+    """Before a tracked or profiled run is made: its trackers are installed, its log folder takes files, and the
+    journal's bound (``JUPYTER_TORCHDIST_JOURNAL_MB``) is a size."""
+    for name in options.track:
+        if importlib.util.find_spec(REGISTRY[name].package) is None:
+            raise OptionsError(REGISTRY[name].missing)
+    if any(REGISTRY[name].files for name in options.track) or options.profile is not None:
         _check_writable(options.logdir or DEFAULT_LOGDIR)
+    if options.track:
+        journal_bound()
+
+
+def journal_bound() -> int:
+    """The most bytes the records not yet sent may take on this machine (``JUPYTER_TORCHDIST_JOURNAL_MB``, an
+    administrator's setting; 1024 MB unless set)."""
+    text = os.environ.get(JOURNAL_ENV, "").strip()
+    if not text:
+        return DEFAULT_JOURNAL_MB * 1024 * 1024
+    try:
+        mb = float(text)
+    except ValueError:
+        mb = -1.0
+    if not mb > 0:
+        raise OptionsError(f"{JOURNAL_ENV} is the most megabytes the tracking records not yet sent may take on this "
+                           f"machine, a number above 0 (e.g. {JOURNAL_ENV}=2048); got {text!r}")
+    return int(mb * 1024 * 1024)
 
 
 def _check_writable(folder: str) -> None:

@@ -1,4 +1,5 @@
-"""Runs on record: MLflow and TensorBoard tracking (``--track``) and ``--profile``'s traces, from the kernel.
+"""Runs on record: tracking (``--track``: MLflow, TensorBoard, W&B, the trackers of ``core/trackers.py``) and
+``--profile``'s traces, from the kernel.
 
 ``recorder_for`` gives a run its recorder (``recorder.py``) when it is tracked or profiled, after the environment
 was checked (``check_environment``: before any rank starts); ``flush`` waits for the records to
@@ -13,14 +14,15 @@ from ..core.track_options import check_environment as check_installed
 from .mlflow_sink import check_store
 from .names import tracking_uri
 from .recorder import RunRecorder, SweepRecorder
-from .shipper import flush
+from .shipper import flush, tracking
 
-__all__ = ["recorder_for", "sweep_recorder", "flush", "RunRecorder", "SweepRecorder", "check_environment"]
+__all__ = ["recorder_for", "sweep_recorder", "flush", "tracking", "RunRecorder", "SweepRecorder", "check_environment"]
 
 
 def check_environment(options: RunOptions) -> None:
-    """Before any rank starts: the trackers are installed, the log folder takes files, and MLflow takes the store
-    the notebook points it at (a local file store MLflow refuses is said now, not after the run)."""
+    """Before any rank starts: the trackers are installed, the log folder takes files, the journal's bound is a size,
+    and MLflow takes the store the notebook points it at (a scheme it has no store for, or a local file store it
+    refuses, is said now, not after the run)."""
     check_installed(options)
     if "mlflow" in options.track:
         check_store(tracking_uri())

@@ -4,9 +4,10 @@
 every message of its ranks (rank 0's ``report(...)`` numbers by step; each rank's ``--profile`` trace, written
 under the run's folder), ``end`` once its handle has its outcome (state, ranks, hosts, backend, the error's first
 line, the ranks' step rates, the saved report, the code that ran and the value's text). ``SweepRecorder`` is a
-sweep's parent record; its members' records name it. Every record goes into a journal on local disk first
-(``journal.py``) and reaches MLflow and TensorBoard from the shipper's thread (``shipper.py``): the run never waits
-for a tracker.
+sweep's parent record; its members' records name it, and its end names the best member. Every record goes into a
+journal on local disk first (``journal.py``) and reaches its trackers from the shipper's threads (``shipper.py``):
+the run never waits for a tracker. Where each tracker records, and what it adds to a run's record (MLflow's context
+tags), is resolved here, when the run is recorded (``registry.py``).
 """
 from __future__ import annotations
 
@@ -28,8 +29,10 @@ from ..core.space import describe_space
 from ..views.report_html import html_of
 from ..views.schema import RunSnapshot
 from ..views.trim import trim_snapshot
+from ..core.trackers import REGISTRY
 from .journal import Journal
-from .names import experiment_name, folder_name, member_name, notebook_path, params_label, tracking_uri
+from .names import experiment_name, folder_name, member_name, params_label
+from .registry import destinations, extras
 from .shipper import shipper
 
 __all__ = ["RunRecorder", "SweepRecorder", "STATUS"]
@@ -42,16 +45,26 @@ def _base(options: RunOptions) -> str:
 
 
 def _number(value: Any) -> float | None:
+    """A reported number as trackers store it: NaN and infinities included (MLflow, TensorBoard and W&B keep them)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    value = float(value)
-    return value if math.isfinite(value) else None
+    return float(value)
 
 
-def _source_tags() -> dict[str, str]:
-    path = notebook_path()
-    return {"mlflow.source.name": path, "mlflow.source.type": "NOTEBOOK" if path.endswith(".ipynb") else "LOCAL"} \
-        if path else {}
+def _finite(value: Any) -> float | None:
+    number = _number(value)
+    return number if number is not None and math.isfinite(number) else None
+
+
+def _open(options: RunOptions) -> Journal:
+    """A journal for a run's (or a sweep's) records, its destinations resolved now, in this kernel."""
+    to = destinations(options.track, options)
+    return shipper().open_journal(options.track, (to.get("mlflow") or {}).get("uri"), to)
+
+
+def _files(options: RunOptions) -> bool:
+    """Whether a tracker of the run keeps files in a folder per run (TensorBoard)."""
+    return any(REGISTRY[name].files for name in options.track)
 
 
 class SweepRecorder:
@@ -63,8 +76,9 @@ class SweepRecorder:
         self.started = time.time()
         self.folder = os.path.join(_base(options), folder_name("sweep", None, self.started))
         self.journal: Journal | None = None
+        self.members: dict[int, str] = {}   # a member's run number -> its record's key
         if options.track:
-            self.journal = shipper().open_journal(options.track, tracking_uri())
+            self.journal = _open(options)
 
     def begin(self) -> None:
         o = self.options
@@ -73,23 +87,27 @@ class SweepRecorder:
                                   "concurrent": o.concurrent}
         self._append({"k": "run", "key": self.key, "parent": None, "experiment": experiment_name(o.experiment),
                       "name": self.title, "params": {k: v for k, v in params.items() if v not in (None, "")},
-                      "tags": {"jtd.kind": "sweep", **_source_tags()}, "at": int(self.started * 1000),
-                      "folder": self.folder if "tensorboard" in o.track else None})
+                      "tags": {"jtd.kind": "sweep"}, "at": int(self.started * 1000),
+                      "folder": self.folder if _files(o) else None, "for": extras(o.track)})
 
     def end(self, rows: list[dict[str, Any]], stopped: bool) -> None:
         """The sweep's last member ended: its counts and its best member's metric."""
         metric, mode = self.options.metric, self.options.mode
         states = [str(r.get("state")) for r in rows]
         tags: dict[str, Any] = {f"jtd.members_{s}": states.count(s) for s in set(states)}
-        finals = [(v, r) for r in rows if (v := _number(r.get(f"{metric}_final"))) is not None]
+        finals = [(v, r) for r in rows if (v := _finite(r.get(f"{metric}_final"))) is not None]
         pts = []
         now = int(time.time() * 1000)
+        best_key = None
         if finals:
             value, best = (min if mode == "min" else max)(finals, key=lambda p: p[0])
             tags["jtd.best"] = params_label({name: best.get(name) for name, _ in self.options.sweep})
+            tags["jtd.best_metric"] = f"best_{metric}"
+            number = best.get("run")
+            best_key = self.members.get(number) if isinstance(number, int) else None
             pts.append([f"best_{metric}", value, 0, now])
         self._append({"k": "end", "key": self.key, "status": "KILLED" if stopped else "FINISHED", "tags": tags,
-                      "pts": pts, "files": [], "at": now})
+                      "pts": pts, "files": [], "at": now, "best": best_key})
         if self.journal is not None:
             self.journal.close()
             shipper().wake()
@@ -107,15 +125,15 @@ class RunRecorder:
         self.key = f"run-{os.urandom(6).hex()}"
         params = run.params or {}
         self.folder: str | None = None
-        if "tensorboard" in options.track or options.profile is not None:
+        if _files(options) or options.profile is not None:
             self.folder = (os.path.join(parent.folder, member_name(run.id, params)) if parent is not None
                            else os.path.join(_base(options), folder_name("run", run.id, run.submitted_at)))
         self.journal: Journal | None = None
         if options.track:
-            self.journal = (parent.journal if parent is not None
-                            else shipper().open_journal(options.track, tracking_uri()))
-        if "mlflow" in options.track:
-            run.record_key = self.key   # its handle's mlflow_run_id
+            self.journal = parent.journal if parent is not None else _open(options)
+            run.record_key = self.key   # its handle's tracking (each tracker's run)
+            if parent is not None:
+                parent.members[run.id] = self.key
         self.traces: list[str] = []
         self._reports = 0
         self.began = False
@@ -131,11 +149,21 @@ class RunRecorder:
     def note(self) -> str | None:
         """What the view says of the run's record."""
         said = []
-        if "mlflow" in self.options.track:
-            said.append(f"MLflow (experiment {experiment_name(self.options.experiment)!r})")
-        if "tensorboard" in self.options.track:
-            said.append(f"TensorBoard ({self.shown_folder})")
+        for name in self.options.track:
+            tracker = REGISTRY[name]
+            if tracker.files:
+                said.append(f"{tracker.title} ({self.shown_folder})")
+            elif tracker.experiment is not None:
+                kind = tracker.experiment.split()[-1]   # "the MLflow experiment" -> experiment
+                said.append(f"{tracker.title} ({kind} {self._experiment(name)!r})")
+            else:
+                said.append(tracker.title)
         return f"recorded in {' and '.join(said)}" if said else None
+
+    def _experiment(self, name: str) -> str:
+        if name == "wandb" and not self.options.experiment and os.environ.get("WANDB_PROJECT"):
+            return os.environ["WANDB_PROJECT"]
+        return experiment_name(self.options.experiment)
 
     # -- the run's course ---------------------------------------------------------------------------------
     def begin(self) -> None:
@@ -145,8 +173,9 @@ class RunRecorder:
         name = params_label(run.params) if run.params else f"run {run.id}: {run.title}"[:250]
         self._append({"k": "run", "key": self.key, "parent": self.parent.key if self.parent else None,
                       "experiment": experiment_name(o.experiment), "name": name, "params": params,
-                      "tags": {"jtd.kind": "member" if self.parent else "run", "jtd.run": run.id, **_source_tags()},
-                      "at": int(time.time() * 1000), "folder": self.folder if "tensorboard" in o.track else None})
+                      "tags": {"jtd.kind": "member" if self.parent else "run", "jtd.run": run.id},
+                      "at": int(time.time() * 1000), "folder": self.folder if _files(o) else None,
+                      "for": extras(o.track)})
 
     def tap(self, ev: Inbound) -> None:
         """A message of the run's ranks (the supervisor's thread): rank 0's numbers, a rank's profile."""
@@ -197,6 +226,9 @@ class RunRecorder:
             tags["jtd.error"] = (str(run.error).strip().splitlines() or [type(run.error).__name__])[0][:1000]
         if run.state == "pruned":
             tags["jtd.pruned"] = "true"
+        lost = self.journal.dropped.get(self.key)
+        if lost:
+            tags["jtd.points_not_kept"] = lost   # past the journal's bound
         files = self._files(state, snap)
         self.journal.append({"k": "end", "key": self.key, "status": STATUS.get(run.state, "FINISHED"), "tags": tags,
                              "pts": pts, "files": files, "at": now})

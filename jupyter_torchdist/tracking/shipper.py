@@ -1,10 +1,13 @@
-"""The shipper: one thread of the kernel's that sends journals (``journal.py``) to their sinks, off every run's path.
+"""The shipper: the kernel's sender of journals (``journal.py``) to their trackers, off every run's path.
 
-Each sink of a journal has its own position, so a server that is down holds back only its own sink: TensorBoard's
-files keep being written while MLflow waits. An outage is said once ("does not answer ... records kept in ...")
-and its end once; meanwhile the shipper tries again, every few seconds at first and then less often (at most every
-``MAX_DELAY_S``). A record a sink refuses for what it holds (not because it is down) is said and skipped, so one bad
-value never holds back the rest. Journals a kernel left unsent when it ended are sent by the next one's shipper.
+Each destination (a tracker and where it records: ``registry.address``) is a lane of its own (``lane.py``): its own
+thread, order, position in each journal and retry window, so a server that is down holds back only its own records
+(TensorBoard's files keep being written while MLflow waits; a live server's records go while a dead one's wait).
+A thread of the shipper's finds journals (this kernel's, and those an ended kernel left unsent: their lock is free)
+and hands them to their lanes; a journal goes once every lane has all of it.
+
+A journal's state (``<id>.state.json``) is one per journal: each sink's position, whether it has the whole journal,
+and its notes (the runs it made), saved by the lanes under one lock.
 """
 from __future__ import annotations
 
@@ -14,114 +17,184 @@ import shutil
 import sys
 import threading
 import time
-from collections.abc import Iterator
-from typing import IO, Any, Final, Protocol
+from typing import IO, Any, Final
 
-from .journal import Journal, journal_ids, load_state, read_records, save_state, spool_dir
-from .mlflow_sink import Down, MlflowSink
-from .tb_sink import TensorBoardSink
+from .journal import Journal, destinations, journal_ids, load_state, read_head, save_state, spool_dir
+from .lane import GROUP_MAX, Lane
+from .lane import groups as _groups
+from .registry import address, new_sinks
+from .sink import Down, Sink
 
-__all__ = ["Shipper", "shipper", "flush", "resume", "mlflow_run_id"]
+__all__ = ["Shipper", "shipper", "flush", "resume", "mlflow_run_id", "tracking", "Down", "GROUP_MAX", "_groups"]
 
 # How often a run's new records are sent while it trains (its end wakes the shipper at once): a few calls a run, not
 # one a step, so even a server on the ranks' own host costs them little.
 PERIOD_S: Final = 2.0
 FIRST_DELAY_S: Final = 2.0
 MAX_DELAY_S: Final = 30.0
-GROUP_MAX: Final = 200       # metric records sent in one call
 
 
-class Sink(Protocol):
-    name: str
+class JournalState:
+    """One journal's state: each sink's position and notes, saved whole under one lock."""
 
-    def check(self, uri: str | None) -> None: ...
-    def apply(self, records: list[dict[str, Any]], state: dict[str, Any]) -> None: ...
+    def __init__(self, spool: str, jid: str, head: dict[str, Any]) -> None:
+        self.spool, self.jid = spool, jid
+        self._lock = threading.Lock()
+        data = load_state(spool, jid)
+        data.setdefault("sinks", list(head.get("sinks") or []))
+        data.setdefault("uri", head.get("uri"))
+        data.setdefault("pos", {})
+        data.setdefault("closed", {})
+        of = data.setdefault("of", {})
+        for old, sink in (("ids", "mlflow"), ("folders", "tensorboard")):   # an earlier version's state
+            if old in data and sink not in of:
+                of[sink] = {old: data.pop(old)}
+        self.data = data
+        self.to = destinations(head)
 
+    @property
+    def sinks(self) -> list[str]:
+        return list(self.data["sinks"])
 
-def _groups(records: Iterator[tuple[dict[str, Any], int]]) -> Iterator[tuple[list[dict[str, Any]], int]]:
-    """Consecutive metric records of one run together (one call), every other record alone."""
-    group: list[dict[str, Any]] = []
-    end = 0
-    for rec, after in records:
-        if group and (rec.get("k") != "m" or rec.get("key") != group[0].get("key") or len(group) >= GROUP_MAX):
-            yield group, end
-            group = []
-        group.append(rec)
-        end = after
-        if rec.get("k") != "m":
-            yield group, end
-            group = []
-    if group:
-        yield group, end
+    def settings(self, sink: str) -> dict[str, Any]:
+        return self.to.get(sink, {})
+
+    def pos(self, sink: str) -> int:
+        return int(self.data["pos"].get(sink, 0))
+
+    def closed(self, sink: str) -> bool:
+        return bool(self.data["closed"].get(sink))
+
+    def notes(self, sink: str) -> dict[str, Any]:
+        with self._lock:
+            notes: dict[str, Any] = self.data["of"].setdefault(sink, {})
+            return notes
+
+    def advance(self, sink: str, position: int, closed: bool) -> None:
+        with self._lock:
+            self.data["pos"][sink] = position
+            self.data["closed"][sink] = closed
+        self.save()
+
+    def save(self) -> None:
+        with self._lock:
+            save_state(self.spool, self.jid, self.data)
 
 
 class Shipper:
-    def __init__(self, spool: str | None = None) -> None:
-        self.spool = spool or spool_dir()
-        self.own: dict[str, Journal] = {}
-        self.sinks: dict[str, Sink] = {"mlflow": MlflowSink(), "tensorboard": TensorBoardSink()}
-        self.down: dict[str, str] = {}            # sink -> why, while it does not answer
-        self._retry_at: dict[str, float] = {}
-        self._delay: dict[str, float] = {}
-        self._claimed: dict[str, IO[bytes]] = {}  # journals an ended kernel left, held while we send them
-        self._lock = threading.Lock()             # one round at a time (the thread's, or flush's)
-        self._wake = threading.Event()
-        self._stopped = False
-        threading.Thread(target=self._loop, name="jupyter-torchdist-tracking", daemon=True).start()
+    """``only``: the destinations this shipper sends to (the command line's); None: all. ``background``: its own
+    threads find and send journals (without: only when asked, ``round``)."""
 
-    def open_journal(self, sinks: tuple[str, ...], uri: str | None) -> Journal:
+    def __init__(self, spool: str | None = None, only: set[tuple[str, str]] | None = None,
+                 background: bool = True) -> None:
+        self.spool = spool or spool_dir()
+        self.only, self.background = only, background
+        self.own: dict[str, Journal] = {}
+        self.sinks: dict[str, Sink] = new_sinks()
+        self.lanes: dict[tuple[str, str], Lane] = {}
+        self.refs: dict[str, dict[str, str]] = {}   # record key -> tracker -> its run's id or address
+        self.stopped = False
+        self._states: dict[str, JournalState] = {}
+        self._claimed: dict[str, IO[bytes]] = {}    # journals an ended kernel left, held while we send them
+        self._lock = threading.RLock()              # the catalogue: journals, states, lanes
+        self._wake = threading.Event()
+        self._say_lock = threading.Lock()
+        if background:
+            threading.Thread(target=self._loop, name="jupyter-torchdist-tracking", daemon=True).start()
+
+    def only_keys(self) -> set[tuple[str, str]]:
+        return set(self.lanes) if self.only is None else set(self.only)
+
+    # -- what lanes ask -----------------------------------------------------------------------------------------
+    def delays(self) -> tuple[float, float, float]:
+        return PERIOD_S, FIRST_DELAY_S, MAX_DELAY_S
+
+    def path(self, jid: str) -> str:
+        return os.path.join(self.spool, f"{jid}.jsonl")
+
+    def state(self, jid: str) -> JournalState | None:
+        with self._lock:
+            return self._states.get(jid)
+
+    def is_own(self, jid: str) -> bool:
+        return jid in self.own
+
+    def made(self, tracker: str, key: str, ref: str) -> None:
+        self.refs.setdefault(key, {})[tracker] = ref
+
+    def say(self, text: str) -> None:
+        with self._say_lock:
+            print(text, file=sys.stderr, flush=True)
+
+    # -- journals -----------------------------------------------------------------------------------------------
+    def open_journal(self, sinks: tuple[str, ...], uri: str | None = None,
+                     to: dict[str, dict[str, Any]] | None = None) -> Journal:
         """A new journal of this kernel's, in the shipper's folder, sent from now on."""
-        journal = Journal(sinks, uri, self.spool)
-        self.own[journal.id] = journal
+        journal = Journal(sinks, uri, self.spool, to)
+        with self._lock:
+            self.own[journal.id] = journal
         self.wake()
         return journal
 
     def wake(self) -> None:
         self._wake.set()
-
-    def pending(self) -> list[str]:
-        """This kernel's journals (and those it took over) with records a sink has not had yet."""
-        out = []
-        for jid in journal_ids(self.spool):
-            if jid not in self.own and jid not in self._claimed:
-                continue
-            state = load_state(self.spool, jid)
-            try:
-                size = os.path.getsize(os.path.join(self.spool, f"{jid}.jsonl"))
-            except OSError:
-                continue   # sent and removed meanwhile
-            sinks = state.get("sinks")
-            if sinks is None or any(state.get("pos", {}).get(s, 0) < size for s in sinks if s in self.sinks):
-                out.append(jid)
-        return out
+        for lane in list(self.lanes.values()):
+            lane.wake()
 
     def stop(self) -> None:
-        """No more rounds on the thread (what is left stays on disk for the next shipper)."""
-        self._stopped = True
+        """No more rounds on the threads (what is left stays on disk for the next shipper)."""
+        self.stopped = True
         self.wake()
 
+    def close(self) -> None:
+        """Stopped, and the journals it took over let go (for another shipper to send)."""
+        self.stop()
+        with self._lock:
+            for jid in list(self._claimed):
+                self._release(jid)
+                self._states.pop(jid, None)
+
     def _loop(self) -> None:
-        while not self._stopped:
+        while not self.stopped:
             self._wake.wait(PERIOD_S)
             self._wake.clear()
-            if self._stopped:
+            if self.stopped:
                 return
             try:
-                self.round()
+                self.discover()
             except Exception as exc:  # the shipper never dies: the records wait on disk
-                print(f"jupyter-torchdist: tracking: {type(exc).__name__}: {exc}", file=sys.stderr)
+                self.say(f"jupyter-torchdist: tracking: {type(exc).__name__}: {exc}")
 
-    def round(self) -> None:
+    def discover(self) -> None:
+        """Journals not yet known (this kernel's, and those ended kernels left) to their destinations' lanes."""
         with self._lock:
             for jid in journal_ids(self.spool):
-                if jid in self.own or self._claim(jid):
-                    self._ship(jid)
+                if jid in self._states or not (jid in self.own or self._claim(jid)):
+                    continue
+                head = read_head(self.path(jid))
+                if head is None:
+                    continue
+                st = self._states[jid] = JournalState(self.spool, jid, head)
+                for name in st.sinks:
+                    where = address(name, st.settings(name)) if name in self.sinks else None
+                    if where is not None and (self.only is None or (name, where) in self.only):
+                        self._lane(name, where).offer(jid)
+        for lane in list(self.lanes.values()):
+            lane.wake()
+
+    def _lane(self, name: str, where: str) -> Lane:
+        lane = self.lanes.get((name, where))
+        if lane is None:
+            lane = self.lanes[(name, where)] = Lane(self, name, where)
+            if self.background:
+                lane.start()
+        return lane
 
     def _claim(self, jid: str) -> bool:
         if jid in self._claimed:
             return True
         try:
-            f = open(os.path.join(self.spool, f"{jid}.jsonl"), "rb")
+            f = open(self.path(jid), "rb")
         except OSError:
             return False
         try:
@@ -132,94 +205,93 @@ class Shipper:
         self._claimed[jid] = f
         return True
 
-    def _ship(self, jid: str) -> None:
-        path = os.path.join(self.spool, f"{jid}.jsonl")
-        state = load_state(self.spool, jid)
-        if "sinks" not in state:
-            head = next(read_records(path, 0), None)
-            if head is None:
+    def round(self) -> None:
+        """Every lane sends what it can now, in the caller's thread (each lane one step at a time)."""
+        self.discover()
+        for lane in list(self.lanes.values()):
+            lane.step()
+
+    def finished(self, jid: str) -> None:
+        """A lane has all of ``jid``: the journal goes once every lane it names has."""
+        with self._lock:
+            st = self._states.get(jid)
+            if st is None or not all(st.closed(n) for n in st.sinks if n in self.sinks):
                 return
-            state.update(sinks=head[0].get("sinks") or [], uri=head[0].get("uri"), pos={}, closed={})
-        done = all([self._ship_sink(jid, path, name, state) for name in state["sinks"] if name in self.sinks])
-        if done:
-            self._remove(jid)
+            journal = self.own.pop(jid, None)   # every lane read its close record: its run closed it
+            self._states.pop(jid, None)
+            for lane in self.lanes.values():
+                lane.forget(jid)
+            for suffix in (".state.json", ".jsonl"):
+                try:
+                    os.remove(os.path.join(self.spool, jid + suffix))
+                except FileNotFoundError:
+                    pass
+            shutil.rmtree(os.path.join(self.spool, jid), ignore_errors=True)
+            if journal is not None:
+                journal.release()
+                journal.bound.recount()
+            self._release(jid)
 
-    def _ship_sink(self, jid: str, path: str, name: str, state: dict[str, Any]) -> bool:
-        """Send what ``name`` has not had yet; True once it has the whole closed journal."""
-        if state["closed"].get(name):
-            return True
-        if time.monotonic() < self._retry_at.get(name, 0.0):
-            return False
-        sink = self.sinks[name]
-        position = state["pos"].get(name, 0)
-        try:
-            checked = False
-            for group, after in _groups(read_records(path, position)):
-                kind = group[0].get("k")
-                if kind not in ("head", "close"):
-                    if not checked:
-                        sink.check(state.get("uri"))
-                        checked = True
-                    self._apply(sink, group, state)
-                state["pos"][name] = after
-                state["closed"][name] = kind == "close"
-                save_state(self.spool, jid, state)
-        except Down as exc:
-            self._outage(name, str(exc))
-            return False
-        self._answered(name)
-        return bool(state["closed"].get(name))
-
-    def _apply(self, sink: Sink, group: list[dict[str, Any]], state: dict[str, Any]) -> None:
-        try:
-            sink.apply(group, state)
-        except Down:
-            raise
-        except Exception as exc:
-            print(f"jupyter-torchdist: {sink.name} refused a {group[0].get('k')} record ({type(exc).__name__}: "
-                  f"{str(exc)[:300]}); it is skipped", file=sys.stderr)
-
-    def _outage(self, name: str, why: str) -> None:
-        delay = min(MAX_DELAY_S, self._delay.get(name, FIRST_DELAY_S / 2) * 2)
-        self._delay[name], self._retry_at[name] = delay, time.monotonic() + delay
-        if name not in self.down:
-            self.down[name] = why
-            print(f"jupyter-torchdist warning: {name}: {why}. Runs go on; their records are kept in {self.spool} "
-                  "and sent when it answers again.", file=sys.stderr)
-
-    def _answered(self, name: str) -> None:
-        self._delay.pop(name, None)
-        self._retry_at.pop(name, None)
-        if self.down.pop(name, None) is not None:
-            print(f"jupyter-torchdist: {name} answers again: the records kept meanwhile are sent.", file=sys.stderr)
-
-    def _remove(self, jid: str) -> None:
-        journal = self.own.pop(jid, None)
-        if journal is not None and not journal.closed:
-            self.own[jid] = journal   # closed by its run while we read: sent next round
-            return
-        for suffix in (".state.json", ".jsonl"):
-            try:
-                os.remove(os.path.join(self.spool, jid + suffix))
-            except FileNotFoundError:
-                pass
-        shutil.rmtree(os.path.join(self.spool, jid), ignore_errors=True)
-        if journal is not None:
-            journal.release()
+    def _release(self, jid: str) -> None:
         claimed = self._claimed.pop(jid, None)
         if claimed is not None:
             claimed.close()
 
+    def drop(self, tracker: str, where: str, jids: list[str]) -> int:
+        """Give up ``jids``' records for one destination (journals this shipper holds); how many it gave up."""
+        self.discover()
+        lane = self.lanes.get((tracker, where))
+        done = 0
+        for jid in jids:
+            st = self.state(jid)
+            if st is None or lane is None or jid not in lane.jids:
+                continue
+            st.advance(tracker, os.path.getsize(self.path(jid)), True)
+            lane.forget(jid)
+            done += 1
+            if all(st.closed(n) for n in st.sinks if n in self.sinks):
+                self.finished(jid)
+            else:
+                self._release(jid)
+        return done
+
+    def pending(self) -> list[str]:
+        """This kernel's journals (and those it took over) with records a lane has not had yet."""
+        out = []
+        with self._lock:
+            mine = [*self.own, *self._claimed]
+            states = dict(self._states)
+        for jid in mine:
+            st = states.get(jid)
+            if st is None:
+                if os.path.exists(self.path(jid)):
+                    out.append(jid)
+                continue
+            try:
+                size = os.path.getsize(self.path(jid))
+            except OSError:
+                continue   # sent and removed meanwhile
+            lanes = [n for n in st.sinks if n in self.sinks and (self.only is None or any(
+                (n, w) in self.only for w in [address(n, st.settings(n))]))]
+            if any(not st.closed(n) and st.pos(n) < size for n in lanes):
+                out.append(jid)
+        return out
+
     def flush(self, timeout: float) -> bool:
-        """Wait until this kernel's journals (and those it took over) are sent; False if not within ``timeout``."""
+        """Wait until this kernel's journals (and those it took over) are sent; False if not within ``timeout``, or
+        at once when all that waits is for destinations that refused this kernel."""
         deadline = time.monotonic() + timeout
+        self.discover()
         while True:
-            self.round()
-            if not self.pending():
+            left = self.pending()
+            if not left:
                 return True
+            stuck = [lane for lane in self.lanes.values() if set(lane.jids) & set(left)]
+            if stuck and all(lane.stuck for lane in stuck):
+                return False
             if time.monotonic() >= deadline:
                 return False
-            time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
+            time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
 
 
 class _One:
@@ -241,11 +313,16 @@ def resume() -> None:
         shipper()
 
 
+def tracking(key: str) -> dict[str, str]:
+    """Each tracker's run (its id or address) made for the record ``key`` by this kernel's shipper, as far as the
+    trackers have it now."""
+    one = _One.shipper
+    return {} if one is None else dict(one.refs.get(key, {}))
+
+
 def mlflow_run_id(key: str) -> str | None:
     """The MLflow run made for the record ``key`` by this kernel's shipper; None until the server has it."""
-    one = _One.shipper
-    sink = None if one is None else one.sinks.get("mlflow")
-    return None if not isinstance(sink, MlflowSink) else sink.created.get(key)
+    return tracking(key).get("mlflow")
 
 
 def flush(timeout: float = 30.0) -> bool:

@@ -27,8 +27,9 @@ def test_trackers_parse_alone_together_and_off():
 
 
 def test_an_unknown_tracker_is_refused_with_the_names_it_takes():
-    with pytest.raises(OptionsError, match=r"unknown tracker 'wandb'.*mlflow, tensorboard"):
-        parse_options("--track wandb")
+    with pytest.raises(OptionsError, match=r"unknown tracker 'comet'.*mlflow, tensorboard, wandb"):
+        parse_options("--track comet")
+    assert parse_options("--track wandb --experiment mine").track == ("wandb",)   # the W&B project
 
 
 def test_the_default_tracker_comes_from_config_then_the_environment_and_a_flag_wins(monkeypatch):
@@ -58,7 +59,8 @@ def test_profile_windows():
 
 
 @pytest.mark.parametrize("line, said", [
-    ("--experiment exp", "use it with --track mlflow"),
+    ("--experiment exp", "use it with --track mlflow or --track wandb"),
+    ("--experiment exp --track tensorboard", "names the MLflow experiment or the W&B project"),
     ("--logdir /tmp/x", "use it with --track tensorboard or --profile"),
     ("--track mlflow --keep", "drop --keep"),
     ("--profile --keep", "drop --keep"),
