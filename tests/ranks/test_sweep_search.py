@@ -80,6 +80,7 @@ def test_a_random_search_draws_its_trials_from_the_space_repeatably(tmp_path):
     assert params == [r.params for r in again.runs] and len(params) == 3
     assert all(1e-3 <= p["lr"] <= 1.0 and p["width"] in (8, 16) for p in params)
     assert [r["state"] for r in s.rows()] == ["done"] * 3 and s.search.kind == "random"
+    assert s.state == "done" and s.result() == s.rows() and s.stop() is False  # a Handle, as each run is
 
 
 def test_optuna_is_told_each_members_end_and_prunes_with_the_median_rule(tmp_path):
@@ -117,8 +118,8 @@ def test_a_study_file_goes_on_where_the_search_stopped(tmp_path):
     while sum(r.state == "done" for r in first.runs) < 2:
         assert not first.done()
         time.sleep(0.05)
-    first.stop()
-    assert first.wait(60)
+    assert first.state == "running" and first.stop() is True
+    assert first.wait(60) and first.state == "stopped" and first.error is None
     done_before = {r.params["lr"] for r in first.runs if r.state == "done"}
     second = jt.sweep(toy, space, str(tmp_path), n=2, local=True, trials=4, seed=3, concurrent=1, steps=3,
                       nap=0.0, study=study)

@@ -1,4 +1,5 @@
-"""The handles a notebook holds (kernel/runs/handles.py, kernel/sweeps/comparison.py, kernel/runs/view_requests.py):
+"""The handles a notebook holds (kernel/runs/run.py, kernel/runs/registry.py, kernel/sweeps/comparison.py,
+kernel/runs/view_requests.py):
 states, waiting, values and errors, stops that reach only their run, and the tables. No ranks: the drivers' side is
 played here."""
 from __future__ import annotations
@@ -11,7 +12,8 @@ import pytest
 from jupyter_torchdist.core import contract as C
 from jupyter_torchdist.core.errors import RankFailure, RunFailed, RunInterrupted
 from jupyter_torchdist.kernel.runs import view_requests as control
-from jupyter_torchdist.kernel.runs.handles import RunList, new_run
+from jupyter_torchdist.kernel.runs.run import RunList
+from jupyter_torchdist.kernel.runs.registry import new_run
 from jupyter_torchdist.kernel.sweeps.comparison import metric_of, results_rows, sweep_snapshot
 from jupyter_torchdist.core.options import RunOptions
 
@@ -126,3 +128,16 @@ def test_a_sweeps_rows_hold_parameters_values_metrics_and_failures_and_best_read
     snap = sweep_snapshot("sweep", ["lr"], [a, b, c], latest, now=10.0, started_at=4.0, concurrent=2)
     assert snap["status"] == "failed" and snap["counts"]["done"] == 2 and snap["elapsed_s"] == 6.0
     assert snap["runs"][0]["loss"] == [[1.0, 1.0], [2.0, 0.6]] and snap["runs"][2]["error"]
+
+
+def test_a_run_and_a_sweep_are_one_handle_type_whose_verbs_answer_alike():
+    from jupyter_torchdist.kernel.handle import Handle
+    from jupyter_torchdist.kernel.sweeps.sweep import Sweep
+
+    assert issubclass(type(_run()), Handle) and issubclass(Sweep, Handle)
+    assert Sweep.wait is Handle.wait and Sweep.result is Handle.result and Sweep.done is Handle.done
+    run = _run()
+    assert run.stop() is True and run.stop() is True  # asked twice while going: still going each time
+    run.finish(None, None, RunInterrupted("stopped by run.stop()"))
+    assert run.stop() is False and run.state == "stopped" and isinstance(run.error, RunInterrupted)
+

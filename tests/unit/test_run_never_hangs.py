@@ -8,7 +8,7 @@ import pytest
 import jupyter_torchdist as jt
 from jupyter_torchdist.core.errors import LaunchError
 from jupyter_torchdist.kernel.runs import scheduling
-from jupyter_torchdist.kernel.runs.handles import runs
+from jupyter_torchdist.kernel.runs.registry import runs
 
 
 class Broken(RuntimeError):

@@ -25,7 +25,7 @@ from ..runs.restarts import CheckpointFolder, restartable
 from ..runs.result import RunResult
 from ..runs.scheduling import Pool
 from ..runs.launch import execute
-from ..runs.handles import Run
+from ..runs.run import Run
 from ..runs.turns import Place, turns
 
 __all__ = ["Ranks", "KeptInfo", "notebook_ranks", "set_notebook_ranks"]

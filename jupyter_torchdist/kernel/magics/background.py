@@ -8,7 +8,8 @@ from IPython.core.error import UsageError
 from ...core.options import RunOptions
 from ...views import NullView, make_view
 from ..runs.launch import Work, launch_background
-from ..runs.handles import Run, find, last_background
+from ..runs.run import Run
+from ..runs.registry import find, last_background
 from ..sweeps.sweep import Sweep
 from ..sweeps.start import sweep_cell
 

@@ -18,7 +18,8 @@ from ..pickling import pack
 from ..runs.restarts import ContinuedView
 from ..runs.result import RunResult
 from ..runs.launch import Work
-from ..runs.handles import Run, background_going, new_run
+from ..runs.run import Run
+from ..runs.registry import background_going, new_run
 
 __all__ = ["run_kept", "stop_kept", "kept", "debug_kept"]
 

@@ -22,7 +22,8 @@ from ..pickling import pack
 from .rankset import RankSet
 from .result import RunResult
 from .restarts import Attempt, CheckpointFolder, ContinuedView, failed_attempt
-from .handles import Run, background_going, last_result, new_run
+from .run import Run
+from .registry import background_going, last_result, new_run
 from .supervisor import plain_sigint
 from ...tracking import SweepRecorder, check_environment, recorder_for
 

@@ -1,7 +1,7 @@
 """Drive one run from its turn to its end, in the foreground or on a thread of its own.
 
 A run waits for its turn (``turns.turns``: a sweep's places, then the backend's task slots), starts its ranks (with
-``--max-restarts``, again after a lost rank) and fills in its handle (``handles.Run``). Its view is one view from the
+``--max-restarts``, again after a lost rank) and fills in its handle (``run.Run``). Its view is one view from the
 first frame to the report (``ContinuedView``): while the run waits it shows the run queued and what it waits for.
 ``launch`` (``launch.py``) drives in the caller's thread; ``background_run`` then ``go`` on a thread of its own, after
 drawing the first frame in the caller's cell (the handle comes back at once).
@@ -21,7 +21,8 @@ from ...core.options import RunOptions
 from ...views import RunView
 from .result import RunResult
 from .restarts import ContinuedView
-from .handles import Run, new_run
+from .run import Run
+from .registry import new_run
 from .turns import Place, turns
 from ..state.run import RunState
 

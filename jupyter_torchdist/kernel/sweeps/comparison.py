@@ -15,7 +15,7 @@ from ...core.grid import describe
 from ...core.space import IntRange, LogUniform, Space, Uniform
 from ...core.thinning import evenly
 from ...views.schema import SCHEMA_VERSION, SweepRunSnapshot, SweepSnapshot
-from ..runs.handles import ENDED, Run
+from ..runs.run import ENDED, Run
 from .study import Member
 
 __all__ = ["SweepFacts", "sweep_snapshot", "results_rows", "best_member", "metric_of", "scales", "LOSS_POINTS"]

@@ -13,7 +13,7 @@ from ...core.search_options import search_kind
 from ...core.space import Choice, Space, describe_space
 from ...launchers.limits import check_background
 from ...rank.sweep_params import WithGlobals
-from ..runs.handles import background_going
+from ..runs.registry import background_going
 from ..runs.launch import Work, prepare_background
 from .search import make_search
 from .study import ENDED_FOR_GOOD, Member, StudyStore, open_study, storable

@@ -22,7 +22,8 @@ from typing import Any, Final
 from ...core.errors import RunInterrupted
 from ...core.options import RunOptions
 from ...launchers import backend_for
-from ..runs.handles import ENDED, Run
+from ..handle import Handle
+from ..runs.run import ENDED, Run
 from ..runs.scheduling import ScheduledRun, start_on_thread
 from .search import Ask, Search
 from .study import Member, StudyStore
@@ -58,11 +59,13 @@ class _Members:
         self.update(snapshot)
 
 
-class Sweep:
-    """A sweep's handle: ``runs``, ``wait()``, ``results()``, ``best()``, ``stop()``; ``study`` for Optuna's."""
+class Sweep(Handle):
+    """A sweep's handle: ``runs``, ``state``, ``wait()``, ``result()`` (a row per member), ``results()`` (the same as a
+    DataFrame), ``best()``, ``stop()``; ``study`` for Optuna's. A ``Handle``, as each of its runs is."""
 
     def __init__(self, title: str, options: RunOptions, view: Any, search: Search,
                  store: StudyStore | None = None) -> None:
+        super().__init__()
         self.title, self.options, self.space = title, options, options.sweep
         self.grid = options.sweep   # the name earlier releases gave it
         self.names = [name for name, _ in options.sweep]
@@ -83,18 +86,17 @@ class Sweep:
         self._active = 0
         self._stopping: str | None = None
         self._dirty = True
-        self._ended = threading.Event()
-        self.error: BaseException | None = None   # what stopped the sweep drawing members, if anything did
         self.members = _Members(self._on_frame)
         self.recorder: Any = None   # tracking.SweepRecorder: the sweep's parent record (--track, --profile)
 
     # -- what the notebook asks --------------------------------------------------------------------------
-    def done(self) -> bool:
-        return self._ended.is_set()
-
-    def wait(self, timeout: float | None = None) -> bool:
-        """Wait until every member has ended (at most ``timeout`` seconds); True when they have."""
-        return self._ended.wait(timeout)
+    @property
+    def state(self) -> str:
+        """running until every member has ended; then done, stopped (``stop()``) or failed (the sweep itself could
+        not go on, ``error`` says why: a member that fails does not fail the sweep)."""
+        if not self.done():
+            return "running"
+        return "failed" if self._error is not None else "stopped" if self._stopping else "done"
 
     def rows(self) -> list[dict[str, Any]]:
         """A dict per member: its parameters, state, steps reached, the metric's best and last values, its value (a
@@ -130,13 +132,21 @@ class Sweep:
 
         return mlflow_run_id(self.recorder.key)
 
-    def stop(self) -> int:
-        """Stop every member not yet ended (queued ones never start, none is drawn any more). Returns how many
-        were stopped."""
+    def stop(self, by: str = "sweep.stop()") -> bool:
+        """Stop every member not yet ended (queued ones never start, none is drawn any more). Returns at once, True
+        when something was still going; ``wait()`` for the end."""
         with self._cv:
-            self._stopping = self._stopping or "sweep.stop()"
+            going = not self.done() and not self._stopping
+            self._stopping = self._stopping or by
             self._cv.notify_all()
-        return sum(run.stop("sweep.stop()") for run in self.runs)
+        stopped = [run.stop(by) for run in self.runs]
+        return any(stopped) or going
+
+    def _value(self) -> Any:
+        return self.rows()
+
+    def _name(self) -> str:
+        return f"the sweep over {', '.join(self.names)}"
 
     def snapshot(self) -> dict[str, Any]:
         facts = SweepFacts(self.options.metric, self.options.mode, self.search.kind, self.options.early_stop,
@@ -201,7 +211,7 @@ class Sweep:
                 try:
                     self._launch_what_fits()
                 except Exception as exc:  # a member that cannot be made (its cell does not pack): none more start
-                    self.error = exc   # the queued ones end "stopped" at the next turn of the loop
+                    self._error = exc   # the queued ones end "stopped" at the next turn of the loop
                     with self._cv:
                         self._stopping = self._stopping or f"an error of the sweep's ({exc})"
                 if self._dirty and time.time() - last >= FRAME_S:
@@ -211,7 +221,7 @@ class Sweep:
                     self._cv.wait(FRAME_S)
         finally:
             self._record_end()
-            self._ended.set()
+            self._end()
             self._view.finish(self.snapshot())
             if self.store is not None:
                 self.store.close()
