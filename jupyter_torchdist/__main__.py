@@ -1,5 +1,7 @@
 """``python -m jupyter_torchdist -n 2 [--local] [--gpu] train.py ARGS``: torchrun's job, our runtime. (Also the
-``jupyter-torchdist`` command; ``jupyter-torchdist doctor [--gpu]`` checks the installation: ``kernel/doctor.py``.)
+``jupyter-torchdist`` command; ``jupyter-torchdist doctor [--gpu]`` checks the installation: ``kernel/doctor.py``;
+``jupyter-torchdist runs [--json] [--all]`` lists the runs of your kernels and ``jupyter-torchdist stop RUN_ID`` stops
+one: ``panel/cli.py``.)
 
 The options are the magic's (one parser, one help text: ``options.py``). horovodrun's spelling of the
 one-machine case, ``-np 4 [-H localhost:4] python train.py ARGS``, is translated into them first
@@ -184,6 +186,10 @@ def _run(options: RunOptions) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
     args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] in (["runs"], ["stop"]):   # the runs of your kernels: jupyter_torchdist/panel/cli.py
+        from .panel.cli import main as runs
+
+        return runs(args)
     if args[:1] == ["doctor"]:
         from .kernel.doctor import main as doctor
 

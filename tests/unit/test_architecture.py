@@ -3,7 +3,8 @@ for launching only under ``launchers/``, and no module outside it asking whether
 
 Layers, lowest first (a module imports its own layer and those below): ``core/`` (the contract and other
 foundations), the channel, the views, the rank side, the launchers, the data plane, tracking, the kernel, the Horovod
-API, the package's front doors. Imports inside functions and under ``TYPE_CHECKING`` count like any other.
+API, the runs panel (the registry the kernels write, the server extension and the command line that read it), the
+package's front doors. Imports inside functions and under ``TYPE_CHECKING`` count like any other.
 """
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import re
 from pathlib import Path
 
 PKG = Path(__file__).resolve().parents[2] / "jupyter_torchdist"
-ORDER = ["core", "channel", "views", "rank", "launchers", "data", "tracking", "kernel", "horovod", "top"]
+ORDER = ["core", "channel", "views", "rank", "launchers", "data", "tracking", "kernel", "horovod", "panel", "top"]
 _SUBPACKAGES = set(ORDER) - {"top"}
 ROOT_MODULES = {"__init__", "__main__", "_daemon"}  # the front doors, and what Spark imports by name
 

@@ -1,0 +1,152 @@
+"""This kernel's runs as registry entries: which runs are listed, the cell each came from, its sweep, its links.
+
+Listed: every run and sweep still going, and the last ``KEEP_ENDED`` ended runs and ``KEEP_SWEEPS`` ended sweeps (a
+sweep with all its members). The cell of a run is the cell that was executing when the run was submitted (IPython's
+``pre_run_cell`` says each cell's id and source as it starts); a sweep member's is its sweep's. Links: the MLflow run
+(``--track mlflow``), the TensorBoard folder (``--track tensorboard``), the Spark UI of the session a Spark run used.
+"""
+from __future__ import annotations
+
+import bisect
+import sys
+import threading
+from collections.abc import Mapping
+from typing import Any, Final
+
+from .entries import Cell, first_line, run_entry, sweep_entry
+from .registry import RunEntry
+
+__all__ = ["KernelRuns", "latest_frame", "KEEP_ENDED", "KEEP_SWEEPS"]
+
+KEEP_ENDED: Final = 20
+KEEP_SWEEPS: Final = 5
+KEEP_CELLS: Final = 500
+
+
+def _driver(run: Any) -> Any:
+    ref = getattr(run, "driver", None)
+    return ref() if callable(ref) else None
+
+
+def latest_frame(run: Any) -> Mapping[str, Any] | None:
+    """The run's latest snapshot as its view drew it: a sweep member's from its sweep, another's from its view while
+    it is driven, an ended run's from its result (its last state, as its report shows it)."""
+    sweep = getattr(run, "sweep", None)
+    if sweep is not None:
+        frame = sweep.members.latest.get(run.id)
+    else:
+        frame = getattr(getattr(_driver(run), "shown", None), "latest", None)
+        state = getattr(run.details, "state", None) if frame is None and run.done() else None
+        frame = state.snapshot() if state is not None else frame
+    return frame if isinstance(frame, Mapping) else None
+
+
+def _spark_ui() -> str | None:
+    """The Spark UI of this process's SparkContext, if pyspark is loaded and its UI is on (never imports pyspark)."""
+    pyspark = sys.modules.get("pyspark")
+    sc = getattr(getattr(pyspark, "SparkContext", None), "_active_spark_context", None)
+    try:
+        url = sc.uiWebUrl if sc is not None else None
+    except Exception:
+        return None
+    return str(url) if url else None
+
+
+def _mlflow_link(run: Any) -> dict[str, str] | None:
+    run_id = run.mlflow_run_id if getattr(run, "record_key", None) else None
+    if not run_id:
+        return None
+    from ..tracking.names import tracking_uri
+
+    uri = tracking_uri() or ""
+    if uri.startswith(("http://", "https://")):
+        return {"kind": "mlflow", "label": "MLflow", "url": f"{uri.rstrip('/')}/#/runs/{run_id}"}
+    return {"kind": "mlflow", "label": f"MLflow run {run_id}", "path": uri}
+
+
+class KernelRuns:
+    """What the publisher lists of this kernel's runs; it remembers cells, sweeps and links between ticks."""
+
+    def __init__(self, kernel_id: str, short: str, notebook: str | None) -> None:
+        self.kernel_id, self.short, self.notebook = kernel_id, short, notebook
+        self._cells: list[Cell] = []
+        self._lock = threading.Lock()
+        self._sweeps: dict[int, tuple[int, Any]] = {}   # id(sweep) -> (its number, the sweep)
+        self._links: dict[int, dict[str, dict[str, str] | None]] = {}
+        self._final: dict[int, RunEntry] = {}   # ended runs' entries, made once
+
+    # -- cells (IPython's pre_run_cell, on the kernel's main thread) ---------------------------------
+    def cell_started(self, info: Any, at: float) -> None:
+        cell = Cell(getattr(info, "cell_id", None), first_line(getattr(info, "raw_cell", "")) or "", at)
+        with self._lock:
+            self._cells.append(cell)
+            del self._cells[:-KEEP_CELLS]
+
+    def cell_of(self, at: float) -> Cell | None:
+        with self._lock:
+            i = bisect.bisect_right([c.at for c in self._cells], at)
+            return self._cells[i - 1] if i else None
+
+    # -- the sweeps ------------------------------------------------------------------------------
+    def sweep_number(self, sweep: Any) -> int:
+        key = id(sweep)
+        if key not in self._sweeps:
+            self._sweeps[key] = (len(self._sweeps) + 1, sweep)
+        return self._sweeps[key][0]
+
+    def sweep_by_number(self, number: int) -> Any:
+        return next((s for n, s in self._sweeps.values() if n == number), None)
+
+    # -- entries ---------------------------------------------------------------------------------
+    def entries(self, all_runs: list[Any]) -> list[RunEntry]:
+        """Entries of the runs and sweeps to list, oldest first."""
+        sweeps: list[Any] = []
+        for run in all_runs:
+            if run.sweep is not None and all(run.sweep is not s for s in sweeps):
+                sweeps.append(run.sweep)
+        ended_sweeps = [s for s in sweeps if s.done()][-KEEP_SWEEPS:]
+        listed_sweeps = [s for s in sweeps if not s.done() or any(s is e for e in ended_sweeps)]
+        singles = [r for r in all_runs if r.sweep is None]
+        ended = {id(r) for r in [r for r in singles if r.done()][-KEEP_ENDED:]}
+        out: list[RunEntry] = [self._entry(r, None) for r in singles if not r.done() or id(r) in ended]
+        for sweep in listed_sweeps:
+            number = self.sweep_number(sweep)
+            sid = f"{self.short}-s{number}"
+            members = [self._entry(r, sid) for r in sweep.runs]
+            cell = self.cell_of(sweep.started_at)
+            out.append(sweep_entry(sweep, number, members, kernel_id=self.kernel_id, short=self.short,
+                                   notebook=self.notebook, cell=cell))
+            out.extend(members)
+        self.forget({e["number"] for e in out if e["kind"] == "run"})
+        return out
+
+    def _entry(self, run: Any, sweep_id: str | None) -> RunEntry:
+        """The run's entry; an ended run's is made once (its value's repr, its last state: not redone each tick)."""
+        if run.id in self._final:
+            return self._final[run.id]
+        ended = run.done()
+        cell = self.cell_of(run.sweep.started_at if run.sweep is not None else run.submitted_at)
+        entry = run_entry(run, latest_frame(run), kernel_id=self.kernel_id, short=self.short,
+                          notebook=self.notebook, cell=cell, sweep=sweep_id)
+        entry["links"] = self._links_of(run, entry)
+        if ended:
+            self._final[run.id] = entry
+        return entry
+
+    def forget(self, keep: set[int]) -> None:
+        """Runs no longer listed: their entries and links go."""
+        for done in [n for n in self._final if n not in keep]:
+            self._final.pop(done, None)
+            self._links.pop(done, None)
+
+    def _links_of(self, run: Any, entry: RunEntry) -> list[dict[str, str]]:
+        known = self._links.setdefault(run.id, {})
+        if "mlflow" not in known and (mlflow := _mlflow_link(run)) is not None:
+            known["mlflow"] = mlflow   # once the tracking server has made the run
+        folder = getattr(getattr(_driver(run), "recorder", None), "folder", None)
+        if "tensorboard" not in known and folder and "tensorboard" in run.options.track:
+            known["tensorboard"] = {"kind": "tensorboard", "label": "TensorBoard", "path": str(folder)}
+        if "spark" not in known and entry.get("backend") == "spark":
+            url = _spark_ui()   # looked up once per run (None: the session's UI is off)
+            known["spark"] = {"kind": "spark", "label": "Spark UI", "url": url} if url else None
+        return [link for link in known.values() if link is not None]

@@ -1,0 +1,85 @@
+"""The reports the panel opens: a run's snapshot (or a sweep's), written by the kernel to its reports folder.
+
+An ended run's report is written once, as it ends: the snapshot its cell's report shows (``views.trim``'s report
+budget), so the panel's tab and the notebook's cell draw the same report. A running run's is written when the panel
+asks (``asks.py``), at most once a second while the panel's tab keeps asking. Reports of runs no longer listed are
+removed. The file: ``{"mime": <the MIME type the labextension renders>, "data": <snapshot>, "at": <time>}``.
+"""
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Final
+
+from ..views.report import MIME_TYPE
+from ..views.trim import trim_snapshot
+from .folder import ensure_private, remove, write_json
+
+__all__ = ["Reports", "RUN_MIME", "SWEEP_MIME", "report_name"]
+
+RUN_MIME: Final = MIME_TYPE
+SWEEP_MIME: Final = "application/vnd.jupyter-torchdist.sweep+json"
+LIVE_EVERY_S: Final = 1.0
+
+
+def report_name(target: str) -> str:
+    """``3`` -> ``run-3.json``; ``s2`` (a sweep) -> ``sweep-2.json``."""
+    return f"sweep-{target[1:]}.json" if target.startswith("s") else f"run-{target}.json"
+
+
+class Reports:
+    """The kernel's reports folder."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.path.mkdir(mode=0o700, exist_ok=True)
+        ensure_private(self.path)
+        self._written: dict[str, float] = {}   # target -> when its report was last written
+        self._final: set[str] = set()          # targets whose last report is written
+
+    def where(self, target: str) -> str | None:
+        """The report's file, once there is one."""
+        return str(self.path / report_name(target)) if target in self._written else None
+
+    def final(self, target: str) -> bool:
+        """The ended run's report is written (or it has none: it ended before its first frame)."""
+        return target in self._final
+
+    def run_ended(self, target: str, frame: Mapping[str, Any] | None) -> None:
+        if target not in self._final:
+            if frame is not None:
+                self._write(target, RUN_MIME, dict(trim_snapshot(frame)))
+            self._final.add(target)
+
+    def sweep_ended(self, target: str, sweep: Any) -> None:
+        if target not in self._final:
+            self._write(target, SWEEP_MIME, sweep.snapshot())
+            self._final.add(target)
+
+    def wanted(self, target: str, run: Any, frame: Mapping[str, Any] | None) -> None:
+        """The panel asks for the report of a run going on (or a sweep: ``run`` is then the sweep)."""
+        if target in self._final or time.time() - self._written.get(target, 0.0) < LIVE_EVERY_S:
+            return
+        if target.startswith("s"):
+            self._write(target, SWEEP_MIME, run.snapshot())
+        elif frame is not None:
+            self._write(target, RUN_MIME, dict(trim_snapshot(frame)))
+
+    def keep_only(self, targets: set[str]) -> None:
+        """Remove the reports of runs no longer listed."""
+        for target in [t for t in self._written if t not in targets]:
+            remove(self.path / report_name(target))
+            self._written.pop(target, None)
+            self._final.discard(target)
+
+    def _write(self, target: str, mime: str, data: Any) -> None:
+        write_json(self.path / report_name(target), {"mime": mime, "data": data, "at": time.time()})
+        self._written[target] = time.time()
+
+    def close(self) -> None:
+        """The kernel ends: its reports stay (``jupyter-torchdist runs --all`` lists its runs a while longer)."""
+        for name in os.listdir(self.path) if self.path.is_dir() else ():
+            if name.startswith("."):
+                remove(self.path / name)

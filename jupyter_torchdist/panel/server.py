@@ -1,0 +1,201 @@
+"""The Jupyter server extension: the runs panel's REST API, authenticated like every Jupyter handler.
+
+``GET  /jupyter-torchdist/api/runs[?all=1]``       the user's runs and sweeps (``registry.RunEntry``), newest first; an
+                                                  ``ETag``, so a poll with ``If-None-Match`` of an unchanged list is a
+                                                  bodiless 304; gzip when the client takes it
+``POST /jupyter-torchdist/api/runs/<id>/stop``     ask the run's (or sweep's) kernel to stop it: 200 once the kernel
+                                                  took the request, 202 if it has not yet (it will: its publisher looks
+                                                  every 0.25 s, busy or not)
+``GET  /jupyter-torchdist/api/runs/<id>/report[?format=html]``  the run's report: ``{"mime", "data", "at"}`` (the
+                                                  snapshot the cell's report draws), or the report as a page
+
+It reads the registry in the server's own runtime directory (``ServerApp.runtime_dir``: where its kernels' connection
+files are), never another. Polls of the list and the report do not count as the user's activity (an idle server is
+still culled while a panel stays open); a stop does.
+"""
+from __future__ import annotations
+
+import asyncio
+import gzip
+import html
+import os
+import time
+from pathlib import Path
+from typing import Any, Final
+
+from jupyter_server.auth.decorator import authorized
+from jupyter_server.base.handlers import APIHandler
+from jupyter_server.utils import url_path_join
+from tornado import web
+
+from .asks import ask
+from .folder import RegistryError, read_json, registry_dir
+from .listing import Found, as_json, etag_of, find, going, list_runs
+from .registry import clean, reports_dir
+from .reports import SWEEP_MIME, report_name
+
+__all__ = ["RunsHandler", "StopHandler", "ReportHandler", "_load_jupyter_server_extension"]
+
+AUTH_RESOURCE: Final = "kernels"   # a run is what a kernel does: whoever may use the kernels may see and stop them
+GZIP_FROM: Final = 1024
+TAKEN_WAIT_S: Final = 3.0
+_RUN_ID: Final = r"(?P<run_id>[A-Za-z0-9._-]{1,200})"
+
+
+class _Handler(APIHandler):
+    auth_resource = AUTH_RESOURCE
+
+    @property
+    def folder(self) -> Path | None:
+        try:
+            return registry_dir(Path(self.settings["jupyter_torchdist_runtime_dir"]))
+        except RegistryError as exc:
+            raise web.HTTPError(500, str(exc)) from None
+
+    async def notebooks(self) -> dict[str, str]:
+        """Kernel id -> its notebook's path now (a notebook renamed after its kernel started has a new one)."""
+        sessions = getattr(self.serverapp, "session_manager", None)
+        try:
+            listed = await sessions.list_sessions() if sessions is not None else []
+        except Exception:
+            return {}
+        return {s["kernel"]["id"]: s["path"] for s in listed if s.get("kernel") and s.get("path")}
+
+    def found(self, run_id: str) -> Found:
+        hit = find(self.folder, run_id)
+        if hit is None:
+            raise web.HTTPError(404, f"no run {run_id} in this user's registry")
+        return hit
+
+    def send(self, body: bytes, content_type: str = "application/json") -> None:
+        if len(body) >= GZIP_FROM and "gzip" in self.request.headers.get("Accept-Encoding", ""):
+            body = gzip.compress(body, compresslevel=5)
+            self.set_header("Content-Encoding", "gzip")
+        self.set_header("Vary", "Accept-Encoding")
+        self.finish(body, set_content_type=content_type)
+
+    def unchanged(self, etag: str) -> bool:
+        """Answer 304 when the client has this version already."""
+        self.set_header("ETag", etag)
+        self.set_header("Cache-Control", "no-cache")
+        if etag in self.request.headers.get("If-None-Match", ""):
+            self.set_status(304)
+            self.finish()
+            return True
+        return False
+
+
+class RunsHandler(_Handler):
+    _track_activity = False
+
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        everything = self.get_argument("all", "0").lower() in ("1", "true", "yes")
+        body = as_json(list_runs(self.folder, everything, await self.notebooks()))
+        if not self.unchanged(etag_of(body)):
+            self.send(body)
+
+
+def _target(hit: Found) -> str:
+    return f"s{hit.entry['number']}" if hit.entry.get("kind") == "sweep" else str(hit.entry["number"])
+
+
+async def _taken(path: Path, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while os.path.exists(path):
+        if time.monotonic() >= deadline:
+            return False
+        await asyncio.sleep(0.05)
+    return True
+
+
+class StopHandler(_Handler):
+    @web.authenticated
+    @authorized
+    async def post(self, run_id: str) -> None:
+        hit = self.found(run_id)
+        if not going(hit.entry):
+            raise web.HTTPError(409, f"run {run_id} has already ended ({hit.entry.get('state')})")
+        folder = self.folder
+        assert folder is not None
+        try:
+            path = ask(folder, hit.record["kernel_id"], "stop", _target(hit), by="the runs panel")
+        except FileNotFoundError:
+            raise web.HTTPError(409, f"the kernel of run {run_id} takes no requests: it has ended") from None
+        taken = await _taken(path, TAKEN_WAIT_S)
+        self.set_status(200 if taken else 202)
+        self.finish(as_json({"id": run_id, "taken": taken}))
+
+
+class ReportHandler(_Handler):
+    _track_activity = False
+
+    @property
+    def content_security_policy(self) -> str:
+        """The page form draws with inline styles and SVG, and runs no script."""
+        return super().content_security_policy + "; style-src 'unsafe-inline'; img-src data:"
+
+    @web.authenticated
+    @authorized
+    async def get(self, run_id: str) -> None:
+        hit = self.found(run_id)
+        folder = self.folder
+        assert folder is not None
+        target = _target(hit)
+        path = reports_dir(folder, hit.record["kernel_id"]) / report_name(target)
+        if going(hit.entry) and hit.kernel == "live":
+            await self._fresh(folder, hit, target, path)
+        report = read_json(path)
+        if not isinstance(report, dict) or "data" not in report:
+            raise web.HTTPError(404, f"run {run_id} has no report yet (it has not started)")
+        report["state"] = hit.entry.get("state")
+        if self.get_argument("format", "json") == "html":
+            self.finish(_page(run_id, report), set_content_type="text/html; charset=utf-8")
+            return
+        body = as_json(report)
+        if not self.unchanged(etag_of(body)):
+            self.send(body)
+
+    async def _fresh(self, folder: Path, hit: Found, target: str, path: Path) -> None:
+        """A running run's report is written when asked: ask, and wait (a little) for it."""
+        before = os.stat(path).st_mtime if path.exists() else 0.0
+        try:
+            ask(folder, hit.record["kernel_id"], "report", target, by="the runs panel")
+        except FileNotFoundError:
+            return
+        deadline = time.monotonic() + TAKEN_WAIT_S
+        while time.monotonic() < deadline:
+            if path.exists() and os.stat(path).st_mtime > before:
+                return
+            await asyncio.sleep(0.05)
+
+
+def _page(run_id: str, report: dict[str, Any]) -> str:
+    data: dict[str, Any] = report["data"] if isinstance(report.get("data"), dict) else {}
+    if report.get("mime") == SWEEP_MIME:
+        from ..views.compare import sweep_html
+
+        body = sweep_html(data)
+    else:
+        from ..views.report_html import report_html
+
+        body = report_html(data)
+    return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>run {html.escape(run_id)}</title></head>"
+            f"<body style='font-family:system-ui,sans-serif;margin:16px'>{body}</body></html>")
+
+
+def _load_jupyter_server_extension(serverapp: Any) -> None:
+    """Add the handlers; the registry is read from the server's runtime directory."""
+    web_app = serverapp.web_app
+    web_app.settings["jupyter_torchdist_runtime_dir"] = serverapp.runtime_dir
+    runs = url_path_join(web_app.settings["base_url"], "jupyter-torchdist", "api", "runs")
+    web_app.add_handlers(".*$", [(runs, RunsHandler), (f"{runs}/{_RUN_ID}/stop", StopHandler),
+                                 (f"{runs}/{_RUN_ID}/report", ReportHandler)])
+    try:
+        folder = registry_dir(Path(serverapp.runtime_dir))
+        if folder is not None:
+            clean(folder)
+    except OSError as exc:
+        serverapp.log.warning("jupyter-torchdist: the runs registry cannot be read: %s", exc)
+    serverapp.log.info("jupyter-torchdist: the runs panel's API is at %s", runs)
