@@ -18,7 +18,8 @@ from .core.errors import (CaptureError, DistributeError, LaunchError, MemberFail
                           RunError, RunFailed, RunInterrupted, RunTimeout)
 from .core.space import choice, intrange, loguniform, uniform
 from .kernel.notebook_api import run, run_detailed, spark_session, sweep
-from .kernel.runs.handles import Run, runs
+from .kernel.runs.run import Run
+from .kernel.runs.registry import runs
 from .kernel.sweeps.sweep import Sweep
 from .kernel.kept.ranks import KeptInfo, Ranks
 from .kernel.magics.kept import kept
@@ -45,13 +46,17 @@ __all__ = [
 
 def load_ipython_extension(ipython: Any) -> None:
     from .kernel.magics.distribute import load
+    from .panel.publisher import start as list_runs
 
     load(ipython)
+    list_runs(ipython)   # this kernel's runs in the "Distributed runs" panel and `jupyter-torchdist runs`
 
 
 def unload_ipython_extension(ipython: Any) -> None:
     from .kernel.magics.distribute import unload
+    from .panel.publisher import stop as unlist_runs
 
+    unlist_runs(ipython)
     unload(ipython)
 
 

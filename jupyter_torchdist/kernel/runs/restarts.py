@@ -67,8 +67,10 @@ class ContinuedView:
         self.inner, self.log_tail = inner, inner.log_tail
         self._started = False
         self._last: dict[str, Any] | None = None
+        self.latest: dict[str, Any] | None = None   # the last frame drawn (the runs panel reads it: panel/)
 
     def start(self, snapshot: dict[str, Any]) -> None:
+        self.latest = snapshot
         if self._started:
             self.inner.update(snapshot)
         else:
@@ -80,10 +82,11 @@ class ContinuedView:
         return self.inner.focus
 
     def update(self, snapshot: dict[str, Any]) -> float | None:
+        self.latest = snapshot
         return self.inner.update(snapshot)
 
     def finish(self, snapshot: dict[str, Any]) -> None:
-        self._last = snapshot
+        self._last = self.latest = snapshot
         self.inner.update(snapshot)
 
     @property

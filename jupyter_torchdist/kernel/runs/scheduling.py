@@ -11,6 +11,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -51,6 +52,9 @@ class ScheduledRun:
     attempts: Callable[[ScheduledRun], RunResult]   # launch.py's: start the ranks (again after a lost rank)
     waiting: RunState | None = None           # the run as its view shows it until its ranks start
     recorder: Any = None                      # tracking.RunRecorder: --track, --profile (None: neither)
+
+    def __post_init__(self) -> None:
+        self.run.driver = weakref.ref(self)   # while it drives the run: the runs panel reads its view's frame
 
     def placeholder(self) -> RunState:
         if self.waiting is None:
