@@ -15,6 +15,7 @@
 import { Widget } from '@lumino/widgets';
 
 import { IControlKernel, sendRequest } from './control';
+import runsPlugin from './runs_plugin';
 import { FOCUS_EVENT } from './paged';
 import { replaceOutput } from './report';
 import { STACKS_EVENT } from './stacks';
@@ -30,7 +31,7 @@ interface ISessionContextLike {
 }
 
 /** The parts of `JupyterFrontEnd` we use. */
-interface IAppLike {
+export interface IAppLike {
   shell: { widgets(area?: string): Iterable<Widget> };
 }
 
@@ -135,4 +136,4 @@ const plugin = {
   }
 };
 
-export default plugin;
+export default [plugin, runsPlugin];

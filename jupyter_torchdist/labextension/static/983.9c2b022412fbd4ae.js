@@ -1,4 +1,4 @@
-"use strict";(self.rspackChunkjupyter_torchdist=self.rspackChunkjupyter_torchdist||[]).push([[263],{538(t,r,o){var e=o(261),i=o.n(e),a=o(186),s=o.n(a),p=o(378),n=o.n(p),d=o(277),c=o.n(d),l=o(497),h=o.n(l),u=o(62),f=o.n(u),x=o(338),b={};b.styleTagTransform=f(),b.setAttributes=c(),b.insert=n().bind(null,"head"),b.domAPI=s(),b.insertStyleElement=h(),i()(x.A,b),x.A&&x.A.locals&&x.A.locals},338(t,r,o){var e=o(380),i=o.n(e),a=o(381),s=(o.n(a))()(i());s.push([t.id,`/*
+"use strict";(self.rspackChunkjupyter_torchdist=self.rspackChunkjupyter_torchdist||[]).push([[983],{475(t,r,o){var e=o(601),a=o.n(e),i=o(314),s=(o.n(i))()(a());s.push([t.id,`/*
  * jupyter-torchdist run report. Theme-aware: JupyterLab CSS variables only,
  * with tints mixed from them so the dark theme works too.
  */
@@ -984,4 +984,207 @@
 .jp-TorchDist-closeRank { margin-left: auto; }
 .jp-TorchDist-rankDetail .jp-TorchDist-loss { align-self: flex-start; flex: none; width: 460px; max-width: 100%; box-sizing: border-box; }
 .jp-TorchDist-rankError { display: flex; flex-direction: column; gap: 4px; }
-`,""]),o.d(r,{},{A:s})},381(t){t.exports=function(t){var r=[];return r.toString=function(){return this.map(function(r){var o="",e=void 0!==r[5];return r[4]&&(o+="@supports (".concat(r[4],") {")),r[2]&&(o+="@media ".concat(r[2]," {")),e&&(o+="@layer".concat(r[5].length>0?" ".concat(r[5]):""," {")),o+=t(r),e&&(o+="}"),r[2]&&(o+="}"),r[4]&&(o+="}"),o}).join("")},r.i=function(t,o,e,i,a){"string"==typeof t&&(t=[[null,t,void 0]]);var s={};if(e)for(var p=0;p<this.length;p++){var n=this[p][0];null!=n&&(s[n]=!0)}for(var d=0;d<t.length;d++){var c=[].concat(t[d]);e&&s[c[0]]||(void 0!==a&&(void 0===c[5]||(c[1]="@layer".concat(c[5].length>0?" ".concat(c[5]):""," {").concat(c[1],"}")),c[5]=a),o&&(c[2]&&(c[1]="@media ".concat(c[2]," {").concat(c[1],"}")),c[2]=o),i&&(c[4]?(c[1]="@supports (".concat(c[4],") {").concat(c[1],"}"),c[4]=i):c[4]="".concat(i)),r.push(c))}},r}},380(t){t.exports=function(t){return t[1]}},261(t){var r=[];function o(t){for(var o=-1,e=0;e<r.length;e++)if(r[e].identifier===t){o=e;break}return o}function e(t,e){for(var i={},a=[],s=0;s<t.length;s++){var p=t[s],n=e.base?p[0]+e.base:p[0],d=i[n]||0,c="".concat(n," ").concat(d);i[n]=d+1;var l=o(c),h={css:p[1],media:p[2],sourceMap:p[3],supports:p[4],layer:p[5]};if(-1!==l)r[l].references++,r[l].updater(h);else{var u=function(t,r){var o=r.domAPI(r);return o.update(t),function(r){r?(r.css!==t.css||r.media!==t.media||r.sourceMap!==t.sourceMap||r.supports!==t.supports||r.layer!==t.layer)&&o.update(t=r):o.remove()}}(h,e);e.byIndex=s,r.splice(s,0,{identifier:c,updater:u,references:1})}a.push(c)}return a}t.exports=function(t,i){var a=e(t=t||[],i=i||{});return function(t){t=t||[];for(var s=0;s<a.length;s++){var p=o(a[s]);r[p].references--}for(var n=e(t,i),d=0;d<a.length;d++){var c=o(a[d]);0===r[c].references&&(r[c].updater(),r.splice(c,1))}a=n}}},378(t){var r={};t.exports=function(t,o){var e=function(t){if(void 0===r[t]){var o=document.querySelector(t);if(window.HTMLIFrameElement&&o instanceof window.HTMLIFrameElement)try{o=o.contentDocument.head}catch(t){o=null}r[t]=o}return r[t]}(t);if(!e)throw Error("Couldn't find a style target. This probably means that the value for the 'insert' parameter is invalid.");e.appendChild(o)}},497(t){t.exports=function(t){var r=document.createElement("style");return t.setAttributes(r,t.attributes),t.insert(r,t.options),r}},277(t,r,o){t.exports=function(t){var r=o.nc;r&&t.setAttribute("nonce",r)}},186(t){t.exports=function(t){if("u"<typeof document)return{update:function(){},remove:function(){}};var r=t.insertStyleElement(t);return{update:function(o){var e,i,a;e="",o.supports&&(e+="@supports (".concat(o.supports,") {")),o.media&&(e+="@media ".concat(o.media," {")),(i=void 0!==o.layer)&&(e+="@layer".concat(o.layer.length>0?" ".concat(o.layer):""," {")),e+=o.css,i&&(e+="}"),o.media&&(e+="}"),o.supports&&(e+="}"),(a=o.sourceMap)&&"u">typeof btoa&&(e+="\n/*# sourceMappingURL=data:application/json;base64,".concat(btoa(unescape(encodeURIComponent(JSON.stringify(a))))," */")),t.styleTagTransform(e,r,t.options)},remove:function(){var t;null===(t=r).parentNode||t.parentNode.removeChild(t)}}}},62(t){t.exports=function(t,r){if(r.styleSheet)r.styleSheet.cssText=t;else{for(;r.firstChild;)r.removeChild(r.firstChild);r.appendChild(document.createTextNode(t))}}}}]);
+`,""]),o.d(r,{},{A:s})},278(t,r,o){var e=o(601),a=o.n(e),i=o(314),s=o.n(i),p=o(417),n=o.n(p),d=new URL(o(355),o.b),c=s()(a()),l=n()(d);c.push([t.id,`/*
+ * The "Distributed runs" sidebar panel and its report tabs (src/runs_*.ts). Uses the report's variables
+ * (base.css, .jp-TorchDist), so both themes work.
+ */
+
+/* The sidebar tab's icon: a bar chart drawn by a mask, in the tab's own text colour. */
+.jp-TorchDist-runs-icon {
+  background-color: var(--jp-inverse-layout-color3, #616161);
+  -webkit-mask: url(${l}) center / 16px no-repeat;
+  mask: url(${l}) center / 16px no-repeat;
+  min-width: 16px;
+  min-height: 16px;
+}
+
+.jp-TorchDist.jp-TorchDist-runs-panel {
+  display: flex;
+  flex-direction: column;
+  background: var(--td-bg);
+  overflow: auto;
+  padding: 0;
+  min-width: 240px;
+}
+
+.jp-TorchDist-runs-header {
+  padding: 8px 12px 4px;
+  font-size: var(--jp-ui-font-size0, 11px);
+  font-weight: 600;
+  letter-spacing: 0.04em;
+  text-transform: uppercase;
+  color: var(--td-muted);
+}
+
+.jp-TorchDist-runs-status:not(:empty) {
+  margin: 4px 12px;
+  color: var(--td-bad);
+  font-size: var(--jp-ui-font-size0, 11px);
+}
+
+.jp-TorchDist-runs-empty {
+  margin: 8px 12px;
+  color: var(--td-muted);
+}
+
+.jp-TorchDist-runs-groupHead {
+  display: flex;
+  justify-content: space-between;
+  gap: 8px;
+  padding: 6px 12px 2px;
+  border-top: 1px solid var(--td-border);
+  font-weight: 600;
+}
+
+.jp-TorchDist-runs-groupCount {
+  font-weight: normal;
+  color: var(--td-muted);
+  font-size: var(--jp-ui-font-size0, 11px);
+}
+
+.jp-TorchDist-runs-row {
+  padding: 4px 12px 6px;
+  display: flex;
+  flex-direction: column;
+  gap: 3px;
+}
+
+.jp-TorchDist-runs-row:hover {
+  background: var(--td-soft);
+}
+
+.jp-TorchDist-runs-members {
+  margin-left: 14px;
+  border-left: 2px solid var(--td-border);
+}
+
+.jp-TorchDist-runs-head {
+  display: flex;
+  align-items: baseline;
+  gap: 6px;
+  min-width: 0;
+}
+
+.jp-TorchDist-runs-title {
+  flex: 1;
+  min-width: 0;
+  overflow: hidden;
+  text-overflow: ellipsis;
+  white-space: nowrap;
+  font-family: var(--td-mono);
+  font-size: var(--jp-code-font-size, 12px);
+}
+
+.jp-TorchDist-runs-id {
+  color: var(--td-muted);
+  font-size: var(--jp-ui-font-size0, 11px);
+}
+
+.jp-TorchDist-runs-state {
+  font-size: var(--jp-ui-font-size0, 11px);
+  font-weight: 600;
+  text-transform: uppercase;
+  color: var(--td-idle);
+}
+
+.jp-TorchDist-runs-state[data-state='running'],
+.jp-TorchDist-runs-state[data-state='stopping'] {
+  color: var(--td-info);
+}
+
+.jp-TorchDist-runs-state[data-state='done'] {
+  color: var(--td-ok);
+}
+
+.jp-TorchDist-runs-state[data-state='failed'],
+.jp-TorchDist-runs-state[data-state='lost'] {
+  color: var(--td-bad);
+}
+
+.jp-TorchDist-runs-state[data-state='stopped'],
+.jp-TorchDist-runs-state[data-state='pruned'] {
+  color: var(--td-warn);
+}
+
+.jp-TorchDist-runs-bar {
+  height: 4px;
+  border-radius: 2px;
+  background: var(--td-soft);
+  overflow: hidden;
+}
+
+.jp-TorchDist-runs-barFill {
+  height: 100%;
+  background: var(--td-info);
+  transition: width 0.4s ease-out;
+}
+
+.jp-TorchDist-runs-barFill[data-state='done'] {
+  background: var(--td-ok);
+}
+
+.jp-TorchDist-runs-barFill[data-state='failed'],
+.jp-TorchDist-runs-barFill[data-state='lost'] {
+  background: var(--td-bad);
+}
+
+.jp-TorchDist-runs-barFill[data-state='stopped'],
+.jp-TorchDist-runs-barFill[data-state='pruned'] {
+  background: var(--td-warn);
+}
+
+.jp-TorchDist-runs-meta,
+.jp-TorchDist-runs-outcome {
+  color: var(--td-muted);
+  font-size: var(--jp-ui-font-size0, 11px);
+  overflow-wrap: anywhere;
+}
+
+.jp-TorchDist-runs-outcome {
+  font-family: var(--td-mono);
+}
+
+.jp-TorchDist-runs-actions {
+  display: flex;
+  flex-wrap: wrap;
+  align-items: center;
+  gap: 4px;
+}
+
+.jp-TorchDist-runs-action,
+.jp-TorchDist-runs-link {
+  font-size: var(--jp-ui-font-size0, 11px);
+  padding: 1px 6px;
+  border: 1px solid var(--td-border);
+  border-radius: 3px;
+  background: transparent;
+  color: var(--td-fg);
+  text-decoration: none;
+  cursor: pointer;
+}
+
+.jp-TorchDist-runs-action:disabled {
+  opacity: 0.45;
+  cursor: default;
+}
+
+span.jp-TorchDist-runs-link {
+  cursor: help;
+}
+
+.jp-TorchDist-runs-action.jp-TorchDist-runs-stop:not(:disabled) {
+  border-color: var(--td-bad);
+  color: var(--td-bad);
+}
+
+.jp-TorchDist-runs-action.jp-TorchDist-runs-toggle {
+  border: none;
+  padding: 0 2px;
+}
+
+.jp-TorchDist.jp-TorchDist-runsReport {
+  overflow: auto;
+  padding: 8px 16px;
+  background: var(--td-bg);
+}
+`,""]),o.d(r,{},{A:c})},314(t){t.exports=function(t){var r=[];return r.toString=function(){return this.map(function(r){var o="",e=void 0!==r[5];return r[4]&&(o+="@supports (".concat(r[4],") {")),r[2]&&(o+="@media ".concat(r[2]," {")),e&&(o+="@layer".concat(r[5].length>0?" ".concat(r[5]):""," {")),o+=t(r),e&&(o+="}"),r[2]&&(o+="}"),r[4]&&(o+="}"),o}).join("")},r.i=function(t,o,e,a,i){"string"==typeof t&&(t=[[null,t,void 0]]);var s={};if(e)for(var p=0;p<this.length;p++){var n=this[p][0];null!=n&&(s[n]=!0)}for(var d=0;d<t.length;d++){var c=[].concat(t[d]);e&&s[c[0]]||(void 0!==i&&(void 0===c[5]||(c[1]="@layer".concat(c[5].length>0?" ".concat(c[5]):""," {").concat(c[1],"}")),c[5]=i),o&&(c[2]&&(c[1]="@media ".concat(c[2]," {").concat(c[1],"}")),c[2]=o),a&&(c[4]?(c[1]="@supports (".concat(c[4],") {").concat(c[1],"}"),c[4]=a):c[4]="".concat(a)),r.push(c))}},r}},417(t){t.exports=function(t,r){return(r||(r={}),t&&(t=String(t.__esModule?t.default:t),/^['"].*['"]$/.test(t)&&(t=t.slice(1,-1)),r.hash&&(t+=r.hash),/["'() \t\n]|(%20)/.test(t)||r.needQuotes))?'"'.concat(t.replace(/"/g,'\\"').replace(/\n/g,"\\n"),'"'):t}},601(t){t.exports=function(t){return t[1]}},72(t){var r=[];function o(t){for(var o=-1,e=0;e<r.length;e++)if(r[e].identifier===t){o=e;break}return o}function e(t,e){for(var a={},i=[],s=0;s<t.length;s++){var p=t[s],n=e.base?p[0]+e.base:p[0],d=a[n]||0,c="".concat(n," ").concat(d);a[n]=d+1;var l=o(c),h={css:p[1],media:p[2],sourceMap:p[3],supports:p[4],layer:p[5]};if(-1!==l)r[l].references++,r[l].updater(h);else{var u=function(t,r){var o=r.domAPI(r);return o.update(t),function(r){r?(r.css!==t.css||r.media!==t.media||r.sourceMap!==t.sourceMap||r.supports!==t.supports||r.layer!==t.layer)&&o.update(t=r):o.remove()}}(h,e);e.byIndex=s,r.splice(s,0,{identifier:c,updater:u,references:1})}i.push(c)}return i}t.exports=function(t,a){var i=e(t=t||[],a=a||{});return function(t){t=t||[];for(var s=0;s<i.length;s++){var p=o(i[s]);r[p].references--}for(var n=e(t,a),d=0;d<i.length;d++){var c=o(i[d]);0===r[c].references&&(r[c].updater(),r.splice(c,1))}i=n}}},659(t){var r={};t.exports=function(t,o){var e=function(t){if(void 0===r[t]){var o=document.querySelector(t);if(window.HTMLIFrameElement&&o instanceof window.HTMLIFrameElement)try{o=o.contentDocument.head}catch(t){o=null}r[t]=o}return r[t]}(t);if(!e)throw Error("Couldn't find a style target. This probably means that the value for the 'insert' parameter is invalid.");e.appendChild(o)}},540(t){t.exports=function(t){var r=document.createElement("style");return t.setAttributes(r,t.attributes),t.insert(r,t.options),r}},56(t,r,o){t.exports=function(t){var r=o.nc;r&&t.setAttribute("nonce",r)}},825(t){t.exports=function(t){if("u"<typeof document)return{update:function(){},remove:function(){}};var r=t.insertStyleElement(t);return{update:function(o){var e,a,i;e="",o.supports&&(e+="@supports (".concat(o.supports,") {")),o.media&&(e+="@media ".concat(o.media," {")),(a=void 0!==o.layer)&&(e+="@layer".concat(o.layer.length>0?" ".concat(o.layer):""," {")),e+=o.css,a&&(e+="}"),o.media&&(e+="}"),o.supports&&(e+="}"),(i=o.sourceMap)&&"u">typeof btoa&&(e+="\n/*# sourceMappingURL=data:application/json;base64,".concat(btoa(unescape(encodeURIComponent(JSON.stringify(i))))," */")),t.styleTagTransform(e,r,t.options)},remove:function(){var t;null===(t=r).parentNode||t.parentNode.removeChild(t)}}}},113(t){t.exports=function(t,r){if(r.styleSheet)r.styleSheet.cssText=t;else{for(;r.firstChild;)r.removeChild(r.firstChild);r.appendChild(document.createTextNode(t))}}},738(t,r,o){var e=o(72),a=o.n(e),i=o(825),s=o.n(i),p=o(659),n=o.n(p),d=o(56),c=o.n(d),l=o(540),h=o.n(l),u=o(113),f=o.n(u),x=o(475),b={};b.styleTagTransform=f(),b.setAttributes=c(),b.insert=n().bind(null,"head"),b.domAPI=s(),b.insertStyleElement=h(),a()(x.A,b),x.A&&x.A.locals&&x.A.locals;var j=o(278),g={};g.styleTagTransform=f(),g.setAttributes=c(),g.insert=n().bind(null,"head"),g.domAPI=s(),g.insertStyleElement=h(),a()(j.A,g),j.A&&j.A.locals&&j.A.locals},355(t){t.exports="data:image/svg+xml,%3Csvg xmlns=%27http://www.w3.org/2000/svg%27 viewBox=%270 0 16 16%27%3E%3Crect x=%271%27 y=%272%27 width=%2714%27 height=%272.5%27 rx=%271%27/%3E%3Crect x=%271%27 y=%276.75%27 width=%279%27 height=%272.5%27 rx=%271%27/%3E%3Crect x=%271%27 y=%2711.5%27 width=%2712%27 height=%272.5%27 rx=%271%27/%3E%3C/svg%3E"}}]);
