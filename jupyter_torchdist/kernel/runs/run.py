@@ -55,7 +55,7 @@ class Run(Handle):
         self._details: RunResult | None = None
         self._ending: tuple[str, str] | None = None   # a sweep's own end for it: ("pruned" | "failed", why)
         self.recorded: Callable[[], None] | None = None   # ends the run's record, once its outcome is set
-        self.record_key: str | None = None   # its MLflow record's key (--track mlflow)
+        self.record_key: str | None = None   # its record's key (--track): each tracker's run is found by it
         self.driver: Callable[[], Any] | None = None   # a weak reference to what drives it (runs.scheduling's
         # ScheduledRun: its view's latest frame, its record), for the runs panel; gone with the driver
 
@@ -71,15 +71,21 @@ class Run(Handle):
         return self._details
 
     @property
-    def mlflow_run_id(self) -> str | None:
-        """The MLflow run this run is recorded in (``--track mlflow``): its id once the tracking server has it
-        (records go every few seconds, and wait while the server is down; ``flush_tracking()`` waits for them),
-        None before, or when the run is not tracked in MLflow."""
+    def tracking(self) -> dict[str, str]:
+        """Where this run is recorded (``--track``), tracker by tracker, once each has it: ``{"mlflow": run id,
+        "tensorboard": its folder, "wandb": its URL (an offline run: its folder)}``. Records go every few seconds
+        and wait while a tracker does not answer; ``flush_tracking()`` waits for them. Empty when not tracked."""
         if self.record_key is None:
-            return None
-        from ...tracking.shipper import mlflow_run_id
+            return {}
+        from ...tracking import tracking
 
-        return mlflow_run_id(self.record_key)
+        return tracking(self.record_key)
+
+    @property
+    def mlflow_run_id(self) -> str | None:
+        """The MLflow run this run is recorded in (``tracking["mlflow"]``): its id once the tracking server has it,
+        None before, or when the run is not tracked in MLflow."""
+        return self.tracking.get("mlflow")
 
     def stop(self, by: str = "run.stop()") -> bool:
         """Stop this run, and nothing else: its ranks are stopped (a queued run never starts). Returns at once;

@@ -123,14 +123,20 @@ class Sweep(Handle):
         return best_member(self.rows(), self.runs, self.past, metric, mode, self.names)
 
     @property
-    def mlflow_run_id(self) -> str | None:
-        """The sweep's parent run in MLflow (``--track mlflow``; each member's is its ``Run.mlflow_run_id``): its id
-        once the tracking server has it, None before, or when the sweep is not tracked in MLflow."""
-        if self.recorder is None or "mlflow" not in self.options.track:
-            return None
-        from ...tracking.shipper import mlflow_run_id
+    def tracking(self) -> dict[str, str]:
+        """Where the sweep's parent run is recorded (``--track``), tracker by tracker, once each has it (each
+        member's is its own ``Run.tracking``); empty when the sweep is not tracked."""
+        if self.recorder is None or not self.options.track:
+            return {}
+        from ...tracking import tracking
 
-        return mlflow_run_id(self.recorder.key)
+        return tracking(self.recorder.key)
+
+    @property
+    def mlflow_run_id(self) -> str | None:
+        """The sweep's parent run in MLflow (``tracking["mlflow"]``; each member's is its ``Run.mlflow_run_id``):
+        its id once the tracking server has it, None before, or when the sweep is not tracked in MLflow."""
+        return self.tracking.get("mlflow")
 
     def stop(self, by: str = "sweep.stop()") -> bool:
         """Stop every member not yet ended (queued ones never start, none is drawn any more). Returns at once, True
