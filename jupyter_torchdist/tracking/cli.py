@@ -94,7 +94,7 @@ def _resend(spool: str, picked: list[Waiting], timeout: float) -> int:
         give_order(spool, entry.tracker, entry.address, "resend", entry.jids)
     here = Shipper(spool, only={(e.tracker, e.address) for e in picked})
     try:
-        sent = here.flush(timeout)
+        sent = here.flush(timeout, taken=True)
     finally:
         here.close()
     left = [e for e in waiting(spool) if (e.tracker, e.address) in here.only_keys()]

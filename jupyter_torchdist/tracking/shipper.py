@@ -255,11 +255,12 @@ class Shipper:
                 self._release(jid)
         return done
 
-    def pending(self) -> list[str]:
-        """This kernel's journals (and those it took over) with records a lane has not had yet."""
+    def pending(self, taken: bool = False) -> list[str]:
+        """This kernel's journals (``taken``: and those it took over from ended kernels) with records a lane has not
+        had yet."""
         out = []
         with self._lock:
-            mine = [*self.own, *self._claimed]
+            mine = [*self.own, *(self._claimed if taken else ())]
             states = dict(self._states)
         for jid in mine:
             st = states.get(jid)
@@ -277,13 +278,14 @@ class Shipper:
                 out.append(jid)
         return out
 
-    def flush(self, timeout: float) -> bool:
-        """Wait until this kernel's journals (and those it took over) are sent; False if not within ``timeout``, or
-        at once when all that waits is for destinations that refused this kernel."""
+    def flush(self, timeout: float, taken: bool = False) -> bool:
+        """Wait until this kernel's journals (``taken``: and those it took over from ended kernels, whose records may
+        be for servers long gone) are sent; False if not within ``timeout``, or at once when all that waits is for
+        destinations that refused this kernel."""
         deadline = time.monotonic() + timeout
         self.discover()
         while True:
-            left = self.pending()
+            left = self.pending(taken)
             if not left:
                 return True
             stuck = [lane for lane in self.lanes.values() if set(lane.jids) & set(left)]
@@ -326,6 +328,6 @@ def mlflow_run_id(key: str) -> str | None:
 
 
 def flush(timeout: float = 30.0) -> bool:
-    """Wait until every run recorded so far has reached its trackers (at most ``timeout`` seconds); True when it has.
-    Records a server did not take stay on disk and are sent later (by this kernel, or the next one)."""
+    """Wait until every run this kernel recorded so far has reached its trackers (at most ``timeout`` seconds); True
+    when it has. Records a server did not take stay on disk and are sent later (by this kernel, or the next one)."""
     return True if _One.shipper is None else _One.shipper.flush(timeout)
