@@ -46,6 +46,17 @@ def test_progress_rate_metrics_and_loss_history():
     assert len(r.history) == 50 and r.history[0] == (0.0, 1.0)
 
 
+def test_a_results_loss_curve_is_what_the_rank_reported():
+    from jupyter_torchdist.kernel.runs.result import RunResult
+
+    st = _run(2)
+    for i in range(3):
+        st.apply(1, "rank", {"t": "progress", "step": i + 1, "metrics": {"loss": 2.0 - i}, "at": 100 + i}, 0)
+    result = RunResult(None, {}, st)
+    assert result.loss_curve(1) == [(1.0, 2.0), (2.0, 1.0), (3.0, 0.0)]
+    assert result.loss_curve() == [] and result.loss_curve(7) == []
+
+
 def test_history_is_bounded_but_keeps_the_whole_curve():
     st = _run(1)
     for i in range(HISTORY_POINTS * 5):

@@ -19,6 +19,13 @@ class RunResult:
     logs: dict[int, list[tuple[str, str]]] = field(default_factory=dict)  # (stream, line) per rank, all kept
     attempts: list[Any] = field(default_factory=list)  # --max-restarts: the attempts that failed and were restarted
 
+    def loss_curve(self, rank: int = 0) -> list[tuple[float, float]]:
+        """The ``(step, loss)`` points rank ``rank`` reported with ``report(step=..., loss=...)``, as the live view drew
+        its curve: every point up to 400, the whole curve at half the resolution each time it passes that. Empty when
+        the rank reported no loss. For a plot of the run after it ended: ``plt.plot(*zip(*result.loss_curve()))``."""
+        ranks = self.state.ranks
+        return list(ranks[rank].history) if 0 <= rank < len(ranks) else []
+
     def report(self) -> Any:
         """The run report (displays itself in a notebook; ``repr`` is the text version)."""
         from ...views.report import RunReport
