@@ -1,7 +1,8 @@
 """``python -m jupyter_torchdist -n 2 [--local] [--gpu] train.py ARGS``: torchrun's job, our runtime. (Also the
 ``jupyter-torchdist`` command; ``jupyter-torchdist doctor [--gpu]`` checks the installation: ``kernel/doctor.py``;
 ``jupyter-torchdist runs [--json] [--all]`` lists the runs of your kernels and ``jupyter-torchdist stop RUN_ID`` stops
-one: ``panel/cli.py``.)
+one: ``panel/cli.py``; ``jupyter-torchdist tracking [resend|drop]`` lists the tracking records not yet sent and sends
+or drops them: ``tracking/cli.py``.)
 
 The options are the magic's (one parser, one help text: ``options.py``). horovodrun's spelling of the
 one-machine case, ``-np 4 [-H localhost:4] python train.py ARGS``, is translated into them first
@@ -194,6 +195,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .kernel.doctor import main as doctor
 
         return doctor(args[1:])
+    if args[:1] == ["tracking"]:   # records not yet sent, by destination: jupyter_torchdist/tracking/cli.py
+        from .tracking.cli import main as tracking
+
+        return tracking(args[1:])
     if _wants_help(args):
         print(options_help(CLI_PROG))
         return 0

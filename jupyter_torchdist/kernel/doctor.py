@@ -176,30 +176,38 @@ def check_executors(session: Any) -> list[Finding]:
 
 
 def check_tracking() -> list[Finding]:
-    """The default tracker's package (``JUPYTER_TORCHDIST_TRACK``, ``%config DistributeMagics.track``) and runs'
-    records not yet sent (their server did not answer)."""
+    """Each tracker of the registry: installed, and wanted by default (``JUPYTER_TORCHDIST_TRACK``, ``%config
+    DistributeMagics.track``) or not; then each destination with records not yet sent: what its shipper last said
+    (down since when, or refused and what to do) and how to send or drop them."""
     from importlib.util import find_spec
 
     from ..core.errors import OptionsError
-    from ..core.track_options import MLFLOW_MISSING, TENSORBOARD_MISSING, default_trackers
-    from ..tracking.journal import journal_ids, spool_dir
+    from ..core.track_options import default_trackers
+    from ..core.trackers import REGISTRY
+    from ..tracking.cli import describe
+    from ..tracking.journal import spool_dir
+    from ..tracking.outbox import waiting
 
     try:
         default = default_trackers()
     except OptionsError as exc:
-        return [Finding("tracking", "fail", str(exc), "set it to mlflow, tensorboard, mlflow,tensorboard or none")]
+        return [Finding("tracking", "fail", str(exc), f"set it to {', '.join(REGISTRY)}, several with commas, or "
+                        "none")]
     out = []
-    for name, missing in (("mlflow", MLFLOW_MISSING), ("tensorboard", TENSORBOARD_MISSING)):
-        have = find_spec(name) is not None
+    for name, tracker in REGISTRY.items():
+        have = find_spec(tracker.package) is not None
         wanted = name in default
         detail = ("installed" if have else "not installed") + (" (every run tracks it by default)" if wanted else
                                                                f" (only --track {name} needs it)")
         out.append(Finding(f"--track {name}", "fail" if wanted and not have else "ok", detail,
-                           missing.split(": ", 1)[1].split(", then")[0] if wanted and not have else ""))
-    unsent = journal_ids(spool_dir())
-    if unsent:
-        out.append(Finding("tracking records", "warn", f"{len(unsent)} run record(s) not yet sent in {spool_dir()}",
-                           "their server did not answer; a kernel that loads the extension sends them when it does"))
+                           tracker.missing.split(": ", 1)[1].split(", then")[0] if wanted and not have else ""))
+    for number, entry in enumerate(waiting(spool_dir()), 1):
+        status = entry.status or {}
+        then = f"`jupyter-torchdist tracking resend {number}` sends them now"
+        fix = (f"{status.get('fix')}; then {then}" if status.get("state") == "refused" else
+               f"{then} (a kernel that tracks sends them when it answers)")
+        out.append(Finding(f"tracking records for {entry.label}", "warn", describe(entry).split(": ", 1)[1],
+                           f"{fix}; `jupyter-torchdist tracking drop {number}` gives them up"))
     return out
 
 

@@ -66,5 +66,11 @@ def test_the_default_tracker_must_be_installed_and_unsent_records_are_said(monke
     found = {f.what: f for f in check_tracking()}
     assert found["--track mlflow"].status == "fail" and "jupyter-torchdist[mlflow]" in found["--track mlflow"].fix
     assert found["--track tensorboard"].status == "ok"
-    Journal(("mlflow",), None).release()   # a run's record a kernel left unsent
-    assert {f.what: f.status for f in check_tracking()}["tracking records"] == "warn"
+    assert {f.what: f.status for f in check_tracking()}["--track wandb"] == "ok"   # not wanted: not needed
+    dead = "http://127.0.0.1:9"
+    journal = Journal(("mlflow",), dead, to={"mlflow": {"uri": dead}})   # a run's record a kernel left unsent
+    journal.append({"k": "run", "key": "run-1"})
+    journal.release()
+    records = {f.what: f for f in check_tracking()}[f"tracking records for mlflow {dead}"]
+    assert records.status == "warn" and "records of 1 run not yet sent" in records.detail
+    assert "jupyter-torchdist tracking resend 1" in records.fix and "jupyter-torchdist tracking drop 1" in records.fix

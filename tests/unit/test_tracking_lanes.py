@@ -5,6 +5,8 @@ list, resend and drop. (Stand-in sinks here; tests/ranks/test_tracking_faults.py
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -186,3 +188,13 @@ def test_the_command_line_lists_resends_and_drops(tmp_path, monkeypatch, capsys)
     assert "mlflow http://127.0.0.1:9: records of 2 run(s) dropped" in capsys.readouterr().out
     assert waiting(str(spool)) == [] and journal_ids(str(spool)) == []
     assert cli.main(["drop"]) == 2 and cli.main(["drop", "wandb"]) == 2
+
+
+def test_the_command_is_jupyter_torchdist_tracking(tmp_path):
+    env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path))
+    listed = subprocess.run([sys.executable, "-m", "jupyter_torchdist", "tracking"], capture_output=True, text=True,
+                            env=env, timeout=120, stdin=subprocess.DEVNULL)
+    assert listed.returncode == 0 and "nothing waits in" in listed.stdout, listed.stderr
+    usage = subprocess.run([sys.executable, "-m", "jupyter_torchdist", "tracking", "drop"], capture_output=True,
+                           text=True, env=env, timeout=120, stdin=subprocess.DEVNULL)
+    assert usage.returncode == 2 and "usage: jupyter-torchdist tracking" in usage.stderr
