@@ -27,6 +27,7 @@ from .contract_debug import (PDB, PDB_REPLY, PLACE, WHERE, WHERE_WANTED, FrameIn
                              PdbReplyMsg, PlaceMsg, WhereMsg, WhereWantedMsg)
 from .contract_profile import PROFILE, ProfileMsg, ProfileShares  # --profile's window, per rank
 from .contract_runs import FOCUS_WANTED, STOP_WANTED, FocusWantedMsg, StopWantedMsg  # runs held, their views
+from .contract_rendezvous import HelloMsg, RendezvousMsg  # a rank's hello, the kernel's answer: where ranks meet
 
 __all__ = [
     "RANK", "AGENT", "BACKEND", "Role", "HELLO", "STATE", "PROGRESS", "LOG", "RESULT", "FAILED", "DROPPED", "USAGE",
@@ -89,19 +90,6 @@ Stream = Literal["stdout", "stderr"]
 
 # -- message shapes: rank -> kernel ----------------------------------------------------------------------
 # (A ``total=False`` subclass adds the fields only some messages of a type carry.)
-class _Hello(TypedDict):
-    t: Literal["hello"]
-    host: str
-    ip: str               # the address the rank's own listeners use
-    pid: int
-
-
-class HelloMsg(_Hello, total=False):
-    store_port: int       # rank 0 only
-    gpu: str              # --gpu: the rank's own GPU (a CUDA_VISIBLE_DEVICES entry)
-    scope: str            # --gpu: which GPUs it can open (gpus.device_scope)
-
-
 class StateMsg(TypedDict):
     t: Literal["state"]
     state: Literal["starting", "running"]
@@ -247,17 +235,6 @@ class DataStatusMsg(TypedDict):
 
 
 # -- kernel -> rank ----------------------------------------------------------------------------------------
-class RendezvousMsg(TypedDict):
-    t: Literal["rendezvous"]
-    master_addr: str
-    master_port: int
-    local_rank: int
-    local_world_size: int
-    group_rank: int
-    num_hosts: int
-    gpus: list[str]       # --gpu: its CUDA_VISIBLE_DEVICES (LOCAL_RANK indexes its own); else empty
-
-
 class ReleaseMsg(TypedDict):
     t: Literal["release"]
 
@@ -362,6 +339,7 @@ class RunPlan:
     argv: tuple[str, ...] = ()  # the kernel's sys.argv: a rank's code sees the notebook's, on every backend
     every_point: bool = False   # --track: rank 0 sends every report() (the full history), not a thinned few;
     profile: tuple[int, int] | None = None  # --profile: the window of steps (AUTO_WINDOW: a few after the first)
+    per_node: int = 0  # pyspark's TorchDistributor layout: each run of this many ranks (a Spark task's) is a node
 
 
 @dataclass(frozen=True)
@@ -377,6 +355,7 @@ class LaunchInfo:
     advertise: tuple[str, int | None] | None = None  # where ranks dial if not where it listens (NAT; None: same port)
     start_bound_s: float | None = None  # ranks start one by one (dynamic allocation): each checks in by then or stop
     start_hint: str = ""                # why ranks may not start in time there, and what to do
+    ranks_per_task: int = 1             # the ranks one task runs (a rank per GPU of a task that holds several)
 
 
 @dataclass(frozen=True)

@@ -197,9 +197,9 @@ def gpus_per_task(value: str | None) -> int:
     return int(amount)
 
 
-def require_local_gpus(n: int) -> list[str]:
-    """The kernel's visible GPUs, refusing before launch when there are fewer than ``n`` ranks or this torch
-    cannot run NCCL on them."""
+def require_local_gpus(n: int, chosen: Sequence[str] = ()) -> list[str]:
+    """The kernel's visible GPUs (or the ``chosen`` ones: TorchDistributor's draw from the driver's), refusing before
+    launch when there are fewer than ``n`` ranks or this torch cannot run NCCL on them."""
     import socket
 
     from .errors import LaunchError
@@ -207,6 +207,11 @@ def require_local_gpus(n: int) -> list[str]:
     why = cuda_unfit()
     if why is not None:
         raise LaunchError(why)
+    if chosen:
+        if len(chosen) < n:
+            raise LaunchError(f"--gpu with -n {n} needs {n} GPUs, but only {len(chosen)} were given to the run "
+                              f"({', '.join(chosen)}).")
+        return list(chosen)
     gpus = visible_gpus()
     if len(gpus) < n:
         var = visibility_source(os.environ, is_rocm()) or "CUDA_VISIBLE_DEVICES"

@@ -66,6 +66,11 @@ class RunOptions:
     # that class; None: TorchDistributor's pytorch.spark.distributor.ignoreSsl).
     packages: tuple[str, ...] = ()
     ssl_switch: str | None = None
+    # pyspark's TorchDistributor layout (the distributor classes, local_mode=False): each Spark task's ranks are a
+    # node of their own, as pyspark's torchrun per task makes them; and the GPUs ranks on this machine take, in rank
+    # order (its local mode's draw from the driver's GPUs; empty: the kernel's visible ones).
+    task_nodes: bool = False
+    gpus: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not _whole(self.n) or self.n < 1:

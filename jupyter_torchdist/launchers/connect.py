@@ -23,7 +23,8 @@ from ..core import contract as C
 from ..channel.tls import plaintext_warning, tls_requested
 from ..core.contract import Inbound, LaunchInfo, RunPlan
 from ..core.errors import LaunchError
-from ..core.gpus import gpus_per_task, require_local_gpus, task_ranks
+from ..core.gpus import gpus_per_task, task_ranks
+from . import gpu_preflight
 from ..core.options import RunOptions
 from .base import Capacity, Launcher
 from .spark_jobs import error_summary, held_slots, hold, release, submit_job
@@ -216,6 +217,8 @@ class ConnectLauncher(Launcher):
         if options.gpu:
             self._check_gpus(options, spark, local)
         self._check_slots(-(-options.n // self._per_task))
+        if options.gpu and not local:  # the server's executors' torch, before any rank starts
+            gpu_preflight.preflight_connect(spark, -(-options.n // self._per_task))
         host, advertise = channel_host(spark, server, local), _advertised(spark)
         self._key = (server, host, repr(advertise))
         if options.keep and _reachable.get(self._key) is False:
@@ -230,7 +233,8 @@ class ConnectLauncher(Launcher):
         return LaunchInfo(label=f"spark connect {server or '?'}" + (f" ({self._master})" if self._master else ""),
                           channel_host=host, loopback=host == "127.0.0.1" and advertise is None, channel_tls=tls_on,
                           warnings=(warning,) if warning else (), watcher="the Spark task (its Python worker)",
-                          lost_hint="The executor's log says why.", advertise=advertise)
+                          lost_hint="The executor's log says why.", advertise=advertise,
+                          ranks_per_task=self._per_task)
 
     def _check_slots(self, n: int) -> None:
         slots = self.capacity().slots
@@ -243,9 +247,10 @@ class ConnectLauncher(Launcher):
                           + ". Ask for fewer ranks, or start the server with more (local[N]).")
 
     def _check_gpus(self, options: RunOptions, spark: Any, local: bool) -> None:
-        """As the classic Spark backend's: the kernel's GPUs on a local master, else the server's GPU scheduling."""
+        """The server's side decides, never the kernel's: on a local master the server's machine runs the ranks, so its
+        torch and its GPUs (asked by a one-task job there); else the server's GPU scheduling."""
         if local:
-            self._local_gpus = require_local_gpus(options.n)
+            self._local_gpus = gpu_preflight.server_gpus(spark, options.n, self._master)
             return
         try:
             self._per_task = per_task = gpus_per_task(connect_conf(spark, "spark.task.resource.gpu.amount"))

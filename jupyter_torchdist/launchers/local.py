@@ -41,7 +41,7 @@ class LocalLauncher(Launcher):
         check_ranks("local_ranks", options.n)
         self._gpus = None
         if options.gpu:
-            self._gpus = require_local_gpus(options.n)
+            self._gpus = require_local_gpus(options.n, options.gpus)
         # loopback only, so TLS matters little here; honoured all the same when the environment asks for it
         return LaunchInfo(label=self.label, channel_host="127.0.0.1", loopback=True,
                           channel_tls=tls_requested(lambda key: None), watcher="the local agent process",

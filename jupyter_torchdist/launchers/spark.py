@@ -18,6 +18,7 @@ from ..channel.tls import plaintext_warning, tls_requested
 from ..core.contract import Inbound, LaunchInfo, RunPlan
 from ..core.errors import LaunchError
 from ..core.gpus import gpus_per_task, require_local_gpus, task_ranks
+from . import gpu_preflight
 from ..core.options import RunOptions
 from .session import give_way
 from .interrupts import our_jobs
@@ -254,6 +255,8 @@ class SparkLauncher(Launcher):
             _check_dynamic(conf, self.tasks_for(options.n), options.wait)
         else:
             _check_slots(spark, self.tasks_for(options.n), embedded, options.wait, quiet=options.background)
+        if options.gpu and not self._local:  # the executors' torch, before any rank starts (after the slot wait)
+            gpu_preflight.preflight_classic(sc, self.tasks_for(options.n), _executor_hosts(sc), not self._dynamic)
         host = "127.0.0.1" if self._local else (conf.get("spark.driver.host") or "127.0.0.1")
         tls_on = tls_requested(conf.get)
         warning = ssl_note or plaintext_warning(conf.get, tls_on)
@@ -262,12 +265,12 @@ class SparkLauncher(Launcher):
                           warnings=(warning,) if warning else (), watcher="the Spark task (its Python worker)",
                           lost_hint="The executor's log says why.",
                           start_bound_s=options.wait if self._dynamic else None,
-                          start_hint=_DYNAMIC_HINT if self._dynamic else "")
+                          start_hint=_DYNAMIC_HINT if self._dynamic else "", ranks_per_task=self._per_task)
 
     def _check_gpus(self, options: RunOptions, conf: dict[str, str]) -> None:
         """The kernel's GPUs on a local master; on a cluster, Spark's GPU scheduling, and a rank per GPU of a task."""
         if self._local:
-            self._local_gpus = require_local_gpus(options.n)
+            self._local_gpus = require_local_gpus(options.n, options.gpus)
             return
         self._per_task = per_task = gpus_per_task(conf.get("spark.task.resource.gpu.amount"))
         if options.n % per_task:

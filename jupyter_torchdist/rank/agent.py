@@ -18,7 +18,7 @@ from ..core import contract as C
 from ..channel import protocol as P
 from ..channel.handshake import Stream, connect
 from ..core.contract import RunPlan
-from .forking import describe_status, fork_rank
+from .forking import RankProcess, cuda_touched, describe_status, fork_rank, spawn_rank
 from .main import rank_main
 
 __all__ = ["run_agent", "run_agents"]
@@ -90,10 +90,19 @@ def preload() -> None:
             pass
 
 
+def _start_rank(plan: RunPlan, rank: int, gpu: str | None) -> RankProcess:
+    """The rank's process: forked from this one (warm: its imports are done), or spawned when this process has
+    initialised CUDA (a Spark Python worker that ran a GPU task before), since a child forked from it could not use
+    the GPU ("Cannot re-initialize CUDA in forked subprocess")."""
+    if cuda_touched():
+        return spawn_rank((plan, rank, gpu))
+    return fork_rank(functools.partial(rank_main, plan, rank, gpu))
+
+
 def run_agent(plan: RunPlan, rank: int, gpu_address: str | None = None) -> C.ExitMsg:
-    """Run rank ``rank`` in a forked child and report its end. Returns how it ended."""
+    """Run rank ``rank`` in a child process and report its end. Returns how it ended."""
     preload()
-    return _watch(plan, rank, fork_rank(lambda: rank_main(plan, rank, gpu_address)))
+    return _watch(plan, rank, _start_rank(plan, rank, gpu_address))
 
 
 def run_agents(plan: RunPlan, placed: list[tuple[int, str | None]]) -> list[C.ExitMsg]:
@@ -110,7 +119,7 @@ def run_agents(plan: RunPlan, placed: list[tuple[int, str | None]]) -> list[C.Ex
         except BaseException as exc:  # raised again below, on the task's own thread
             ends[i] = exc
 
-    threads = [threading.Thread(target=watch, args=(i, rank, fork_rank(functools.partial(rank_main, plan, rank, gpu))),
+    threads = [threading.Thread(target=watch, args=(i, rank, _start_rank(plan, rank, gpu)),
                                 name=f"jtd-agent-{rank}", daemon=True)
                for i, (rank, gpu) in enumerate(placed)]
     for thread in threads:

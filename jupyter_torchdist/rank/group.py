@@ -49,6 +49,8 @@ def rendezvous(sock: Any, plan: RunPlan, rank: int, gpu: str | None) -> tuple[C.
     hello: C.HelloMsg = {"t": C.HELLO, "host": socket.gethostname(), "ip": bind_ip, "pid": os.getpid()}
     if plan.gpu and gpu is not None:
         hello["gpu"], hello["scope"] = gpu, device_scope()
+    if plan.per_node:
+        hello["node"] = rank // plan.per_node  # its Spark task: the ranks of a task are consecutive
     if rank == 0:
         hello["store_port"], store = _open_store(plan, bind_ip)
     P.send_frame(sock, hello)
@@ -79,6 +81,8 @@ def set_env(plan: RunPlan, rank: int, rdv: C.RendezvousMsg, bind_ip: str) -> str
         "HOROVOD_CROSS_SIZE": rdv.get("num_hosts", 1),
     }
     os.environ.update({k: str(v) for k, v in env.items()})
+    global _host_ranks
+    _host_ranks = rdv["host_ranks"]  # the host's cores are shared by all of them, not by its node's alone
     if plan.loopback:
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     else:
@@ -165,7 +169,7 @@ def init_group(plan: RunPlan, rank: int, store: Any, device: str) -> None:
     import torch
     import torch.distributed as dist
 
-    threads = plan.threads or max(1, (os.cpu_count() or 1) // max(1, int(os.environ["LOCAL_WORLD_SIZE"])))
+    threads = plan.threads or max(1, (os.cpu_count() or 1) // max(1, _host_ranks))
     torch.set_num_threads(threads)
     timeout = datetime.timedelta(seconds=plan.pg_timeout_s)
     if plan.gpu:
@@ -180,6 +184,7 @@ def init_group(plan: RunPlan, rank: int, store: Any, device: str) -> None:
 
 
 _cpu_group: Any = None
+_host_ranks = 1
 
 
 def cpu_group() -> Any:

@@ -18,9 +18,12 @@ class _Gpu:  # what BarrierTaskContext.resources()["gpu"] looks like
         self.addresses = list(addresses)
 
 
-def _hellos(gpus: list[str], host: str = "a") -> dict[int, dict]:
+def _hellos(gpus: list[str], host: str = "a", per_node: int = 0) -> dict[int, dict]:
+    """Each rank's hello; with ``per_node``, each names its node (its Spark task) as a rank does in that layout."""
     hellos: dict[int, dict] = {r: {"host": host, "ip": "10.0.0.1", "gpu": g, "scope": "0,1,2,3|*|*"}
                                for r, g in enumerate(gpus)}
+    for r in hellos if per_node else ():
+        hellos[r]["node"] = r // per_node
     hellos[0]["store_port"] = 7
     return hellos
 
@@ -33,19 +36,21 @@ def _layout(plan: dict, n: int) -> list[tuple]:
 def test_pysparks_layout_each_task_a_node_seeing_its_own_gpus():
     """TorchDistributor on a cluster runs torchrun per task: with a GPU per task every process is LOCAL_RANK 0 of a
     node of its own and sees its GPU alone (cuda:0); with two per task, LOCAL_RANK 0-1 over the task's two."""
-    hellos = _hellos(["2", "0", "3", "1"])
-    assert _layout(plan_rendezvous(hellos, 4, per_node=1), 4) == [
+    gpus = ["2", "0", "3", "1"]
+    plan = plan_rendezvous(_hellos(gpus, per_node=1), 4)
+    assert _layout(plan, 4) == [
         (0, 1, 0, 4, ["2"]), (0, 1, 1, 4, ["0"]), (0, 1, 2, 4, ["3"]), (0, 1, 3, 4, ["1"])]
-    assert _layout(plan_rendezvous(hellos, 4, per_node=2), 4) == [
+    assert {plan[r]["host_ranks"] for r in range(4)} == {4}  # the host's cores are shared by all four (threads)
+    assert _layout(plan_rendezvous(_hellos(gpus, per_node=2), 4), 4) == [
         (0, 2, 0, 2, ["2", "0"]), (1, 2, 0, 2, ["2", "0"]), (0, 2, 1, 2, ["3", "1"]), (1, 2, 1, 2, ["3", "1"])]
     # %%distribute's own layout stays per host: LOCAL_RANK indexes the host's four
-    assert _layout(plan_rendezvous(hellos, 4), 4)[3] == (3, 4, 0, 1, ["2", "0", "3", "1"])
+    assert _layout(plan_rendezvous(_hellos(gpus), 4), 4)[3] == (3, 4, 0, 1, ["2", "0", "3", "1"])
 
 
 def test_a_task_node_never_spans_two_hosts():
-    hellos = {**_hellos(["0", "1"]), **{r: {"host": "b", "ip": "10.0.0.2", "gpu": g, "scope": "0,1|*|*"}
-                                       for r, g in ((2, "0"), (3, "1"))}}
-    plan = plan_rendezvous(hellos, 4, per_node=2)
+    hellos = {**_hellos(["0", "1"], per_node=4), **{r: {"host": "b", "ip": "10.0.0.2", "gpu": g, "scope": "0,1|*|*",
+                                                      "node": 0} for r, g in ((2, "0"), (3, "1"))}}
+    plan = plan_rendezvous(hellos, 4)
     assert [plan[r]["group_rank"] for r in range(4)] == [0, 0, 1, 1] and plan[0]["num_hosts"] == 2
 
 
@@ -77,7 +82,7 @@ def test_rocm_reads_and_writes_hips_variables():
     assert task_gpus({"gpu": _Gpu("1")}, {"HIP_VISIBLE_DEVICES": "5,7"}, hip=True) == ["7"]
 
 
-def test_the_preflight_names_every_host_whose_torch_cannot_and_remembers_the_fit_ones(monkeypatch):
+def test_the_preflight_names_every_host_whose_torch_cannot_and_skips_executors_known_fit(monkeypatch):
     monkeypatch.setattr(gpu_preflight, "_fit", set())
     ok = {"host": "gpu-1", "python": "/opt/py/bin/python", "unfit": None, "gpus": ["0", "1"]}
     cpu_only = {"host": "gpu-2", "python": "/opt/py/bin/python", "unfit": "--gpu on gpu-2 (/opt/py/bin/python): "
@@ -87,6 +92,9 @@ def test_the_preflight_names_every_host_whose_torch_cannot_and_remembers_the_fit
     text = str(err.value)
     assert "checked on the executors before the run started: 1 host(s) cannot run a GPU rank (gpu-2)" in text
     assert text.count("CPU-only build") == 1
-    assert gpu_preflight.known_fit(["gpu-1"], "/opt/py/bin/python")
-    assert not gpu_preflight.known_fit(["gpu-1", "gpu-2"], "/opt/py/bin/python")
+    gpu_preflight.judge([ok], "the executors")  # nothing to refuse
+    gpu_preflight._fit.add(("10.0.0.1", "/opt/py/bin/python"))  # what a preflight that reached it remembers
+    assert gpu_preflight.known_fit(["10.0.0.1"], "/opt/py/bin/python")
+    assert not gpu_preflight.known_fit(["10.0.0.1"], "/usr/bin/python3")  # another Python: ask again
+    assert not gpu_preflight.known_fit(["10.0.0.1", "10.0.0.2"], "/opt/py/bin/python")
     assert not gpu_preflight.known_fit([], "/opt/py/bin/python")  # no executors known yet: ask

@@ -87,7 +87,11 @@ def test_cluster_gpu_needs_gpu_scheduling_keys(monkeypatch):
     for key in ("spark.task.resource.gpu.amount", "spark.executor.resource.gpu.amount",
                 "spark.executor.resource.gpu.discoveryScript"):
         assert key in str(info.value)
+    asked = []  # the executors' preflight (launchers/gpu_preflight.py): its job, asked for with the run's tasks
+    monkeypatch.setattr(spark_mod.gpu_preflight, "preflight_classic", lambda sc, tasks, hosts, barrier: asked.append(
+        (tasks, barrier)))
     info = _prepare(monkeypatch, _Session("spark://10.0.0.1:7077", {"spark.driver.host": "10.0.0.2",
                                                                      "spark.task.resource.gpu.amount": "1"}),
                     n=2, gpu=True)
     assert info.channel_host == "10.0.0.2" and not info.loopback  # the channel listens where executors reach
+    assert asked == [(2, True)], "before the ranks' barrier job, a barrier job of its size asks the executors' torch"

@@ -9,7 +9,7 @@ def test_single_host():
     hellos = {0: {"host": "a", "ip": "127.0.0.1", "store_port": 5000}, 1: {"host": "a", "ip": "127.0.0.1"}}
     plan = plan_rendezvous(hellos, 2)
     assert plan[1] == {"t": "rendezvous", "master_addr": "127.0.0.1", "master_port": 5000, "local_rank": 1,
-                       "local_world_size": 2, "group_rank": 0, "num_hosts": 1, "gpus": []}
+                       "local_world_size": 2, "group_rank": 0, "num_hosts": 1, "gpus": [], "host_ranks": 2}
 
 
 def test_two_hosts_interleaved():

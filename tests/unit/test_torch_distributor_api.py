@@ -219,7 +219,7 @@ def test_run_uses_the_default_wait_for_task_slots(no_session, monkeypatch):
     monkeypatch.setattr(td, "launch", lambda work, options, view: seen.append(options) or
                         types.SimpleNamespace(value=7))
     assert TorchDistributor(3, False, False).run(len, [1]) == 7
-    assert seen == [RunOptions(n=3, gpu=False, local=False, spark_tasks=True,
+    assert seen == [RunOptions(n=3, gpu=False, local=False, spark_tasks=True, task_nodes=True,  # pyspark's layout
                                ssl_switch="pytorch.spark.distributor.ignoreSsl")] and seen[0].wait == DEFAULT_WAIT_S > 0
 
 
@@ -232,6 +232,34 @@ def test_several_gpus_per_task_run_a_rank_on_each_as_pyspark_runs_a_process_on_e
     dist = TorchDistributor(4, False, True)
     assert (dist.num_processes, dist.num_tasks) == (4, 2)
     assert dist.run(len, [1]) == 7 and seen[0].n == 4 and seen[0].gpu
+    assert seen[0].task_nodes and seen[0].gpus == (), "each task's two ranks a node of their own, as pyspark's torchrun"
+
+
+def test_local_mode_draws_the_drivers_gpus_as_pyspark_draws_them(session, monkeypatch):
+    """pyspark: ``random.seed(hash(train_object)); random.sample(driver's GPUs, num_processes)``, the driver's GPUs
+    read through its CUDA_VISIBLE_DEVICES. Ours draws the same GPUs and leaves the notebook's ``random`` alone; on a
+    local master with local_mode=False each task takes the driver's next GPU, in order."""
+    import random
+
+    made = session({"spark.driver.resource.gpu.amount": "4", "spark.task.resource.gpu.amount": "1"}, ("gpu",))
+    made.sparkContext = types.SimpleNamespace(master="local[4]",
+                                              resources={"gpu": types.SimpleNamespace(addresses=["0", "1", "2", "3"])})
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "7,5,3,1")
+    seen: list[RunOptions] = []
+    monkeypatch.setattr(td, "launch", lambda work, options, view: seen.append(options) or
+                        types.SimpleNamespace(value=7))
+
+    def train() -> None:
+        pass
+
+    random.seed(12345)
+    mine = random.getstate()
+    TorchDistributor(2, True, True).run(train)
+    assert random.getstate() == mine, "the notebook's random is not reseeded"
+    random.seed(hash(train))  # pyspark's own lines (_run_local_training)
+    assert seen[0].gpus == tuple(random.sample(["7", "5", "3", "1"], 2)) and not seen[0].task_nodes
+    TorchDistributor(4, False, True).run(train)
+    assert seen[1].gpus == ("7", "5", "3", "1") and seen[1].task_nodes
 
 
 # -- errors catchable as pyspark's -------------------------------------------------------------------------------

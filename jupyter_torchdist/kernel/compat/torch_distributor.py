@@ -10,11 +10,18 @@ a ``RuntimeError`` naming the setting when ``use_gpu=True`` finds no GPU configu
 ``num_processes`` capped at the driver's GPUs with a warning on the ``TorchDistributor`` logger. Which GPUs count:
 those the notebook's own SparkSession configures, as in pyspark; with no session of the notebook's (none, or only
 our embedded local one, which nobody configured) the ranks run on this machine, so this machine's GPUs.
+
+Where the ranks run, and what each sees, is pyspark's layout, not ``%%distribute``'s: pyspark runs one torchrun per
+Spark task, so each task's ranks are a node of their own (``RunOptions.task_nodes``): a rank sees its task's GPUs
+only, ``LOCAL_RANK`` counts within the task, the node rank is the task's; in local mode the ranks share
+``num_processes`` of the driver's GPUs, drawn as pyspark draws them (``_gpus``). Code written for pyspark's class
+(``cuda:0``, Lightning's ``Trainer(devices=1, num_nodes=N)``) lands where it lands there.
 """
 from __future__ import annotations
 
 import logging
 import os
+import random
 from dataclasses import dataclass
 from typing import Any, Callable, Union
 
@@ -154,6 +161,21 @@ def _gpu_facts(session: Any, local_mode: bool) -> GpuFacts:
     return GpuFacts(from_session=True, driver_amount=conf("spark.driver.resource.gpu.amount"), driver_has_gpu=has_gpu)
 
 
+def _driver_owned(session: Any) -> list[str]:
+    """The GPUs Spark's resources give the driver, as CUDA_VISIBLE_DEVICES entries (pyspark's ``_get_gpus_owned``:
+    indexes into the kernel's own CUDA_VISIBLE_DEVICES when it has one); empty when it has none."""
+    from ...core.gpus import NoGpuError, task_gpus
+
+    try:
+        resources = session.sparkContext.resources
+    except Exception:
+        return []
+    try:
+        return task_gpus(resources)
+    except NoGpuError as exc:
+        raise LaunchError(f"the driver's GPU resources do not fit this machine: {exc}") from None
+
+
 # -- the class ---------------------------------------------------------------------------------------------------
 class TorchDistributor:
     """Run a PyTorch function or a torchrun-style script on ``num_processes`` ranks.
@@ -224,6 +246,25 @@ class TorchDistributor:
 
     _packages: tuple[str, ...] = ()  # what every rank's Python must have besides torch (DeepSpeed's class: deepspeed)
 
+    def _gpus(self, train_object: Any) -> tuple[str, ...]:
+        """The GPUs the ranks take on this machine, picked from the driver's as pyspark picks them (Spark's resources,
+        read through the kernel's CUDA_VISIBLE_DEVICES): ``local_mode=True`` draws ``num_processes`` of them with
+        ``random.sample`` seeded by ``hash(train_object)``, as pyspark seeds it (the notebook's own ``random`` is
+        left alone); on a local master each task takes the next, in order. Empty where no classic session of the
+        notebook's owns GPUs (and on a cluster, where Spark schedules them): the kernel's visible GPUs, in order."""
+        if not self.use_gpu or self.spark is None or self.is_remote:
+            return ()
+        if not self.local_mode and not str(getattr(self.spark.sparkContext, "master", "")).startswith("local"):
+            return ()
+        owned = _driver_owned(self.spark)
+        if not owned or not self.local_mode:
+            return tuple(owned)
+        if len(owned) < self.num_processes:
+            raise LaunchError(f"use_gpu=True with local_mode=True needs {self.num_processes} of the driver's GPUs, but "
+                              f"Spark gives the driver {len(owned)} ({', '.join(owned)}): set "
+                              "spark.driver.resource.gpu.amount (and its discoveryScript) to the driver's GPU count.")
+        return tuple(random.Random(hash(train_object)).sample(owned, self.num_processes))
+
     def _script(self, path: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Callable[[], Any]:
         """The call that runs a script on a rank: ``python path args...``, as torchrun would."""
         if kwargs:
@@ -243,7 +284,8 @@ class TorchDistributor:
         else:
             raise TypeError(f"train_object must be a function or a path to a script, not {type(train_object).__name__}")
         options = RunOptions(n=self.num_processes, gpu=self.use_gpu, local=self.local_mode,  # --wait's default
-                             spark_tasks=not self.local_mode, packages=self._packages, ssl_switch=self.ssl_conf)
+                             spark_tasks=not self.local_mode, packages=self._packages, ssl_switch=self.ssl_conf,
+                             task_nodes=not self.local_mode, gpus=self._gpus(train_object))
         try:
             self.last_result = launch(Work(fn, tuple(args), kwargs, title=f"{title} on {self.num_processes}"),
                                       options, make_view(_shell()))

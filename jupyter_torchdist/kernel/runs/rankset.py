@@ -130,7 +130,7 @@ class RankSet:
                        keep=self.keep, versions=tuple(local_versions(options.packages).items()),
                        argv=tuple(sys.argv), checkpoint=self.checkpoint,
                        attempt=self.attempt, post_mortem=options.pdb, every_point=bool(options.track),
-                       profile=options.profile)
+                       profile=options.profile, per_node=self.info.ranks_per_task if options.task_nodes else 0)
 
     def after_cell(self, state: RunState, sup: Supervisor) -> None:
         """Learn what the cell told about the ranks; a kept set the cell broke is closed here."""
