@@ -3,6 +3,8 @@ Spark task a node), MIG instances, ROCm's variables, CUDA_DEVICE_ORDER, and the 
 whose torch cannot run a GPU rank. Pure rules: no GPU, no Spark."""
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from jupyter_torchdist.core.errors import LaunchError
@@ -98,3 +100,38 @@ def test_the_preflight_names_every_host_whose_torch_cannot_and_skips_executors_k
     assert not gpu_preflight.known_fit(["10.0.0.1"], "/usr/bin/python3")  # another Python: ask again
     assert not gpu_preflight.known_fit(["10.0.0.1", "10.0.0.2"], "/opt/py/bin/python")
     assert not gpu_preflight.known_fit([], "/opt/py/bin/python")  # no executors known yet: ask
+
+
+class _ConnectSession:
+    """A Spark Connect client whose server's tasks answer with ``reports`` (what ``host_report`` says there)."""
+
+    def __init__(self, *reports: dict) -> None:
+        self.reports = reports
+
+    def range(self, *_: int) -> _ConnectSession:
+        return self
+
+    def mapInArrow(self, task: object, schema: str) -> _ConnectSession:
+        assert schema == "report string"
+        return self
+
+    def collect(self) -> list[dict]:
+        return [{"report": json.dumps(r)} for r in self.reports]
+
+
+def test_spark_connect_asks_the_servers_side_not_the_kernels():
+    """This test process's torch is CPU-only and it has no GPU; a Connect server on a local master runs the ranks on
+    its own machine, so its torch and its GPUs decide."""
+    from jupyter_torchdist.core.options import RunOptions
+    from jupyter_torchdist.launchers.connect import ConnectLauncher
+
+    server = {"host": "connect-1", "python": "/srv/py", "unfit": None, "gpus": ["2", "0", "1"]}
+    launcher = ConnectLauncher()
+    launcher._master = "local[8]"
+    launcher._check_gpus(RunOptions(n=2, gpu=True), _ConnectSession(server), local=True)
+    assert launcher._local_gpus == ["2", "0"]
+    with pytest.raises(LaunchError, match=r"needs 4 GPUs on the Spark Connect server's machine \(connect-1, master "):
+        gpu_preflight.server_gpus(_ConnectSession(server), 4, "local[8]")
+    cpu_only = {**server, "unfit": "--gpu on connect-1 (/srv/py): torch 2.13.0+cpu is a CPU-only build", "gpus": []}
+    with pytest.raises(LaunchError, match=r"checked on the Spark Connect server \(local\[8\]\) before the run"):
+        gpu_preflight.server_gpus(_ConnectSession(cpu_only), 1, "local[8]")
