@@ -155,6 +155,16 @@ def test_horovod_reduces_cpu_tensors_beside_cuda_ones_under_gpu(kernel):
     assert ranks == [(0.5, [2.0, 2.0], [0.0, 1.0], 5.0, "nccl", "No backend type associated with device type cpu")] * 2
 
 
+def test_horovods_example_trains_under_gpu_from_the_command_line(tmp_path):
+    """examples/horovod_train.py as written: its metric_average reduces CPU tensors beside the model's on the GPU."""
+    script = str(ROOT / "examples" / "horovod_train.py")
+    done = subprocess.run([sys.executable, "-m", "jupyter_torchdist", "-n", "2", "--local", "--gpu", script, "--epochs",
+                           "1", "--train-size", "256", "--checkpoint", str(tmp_path / "horovod.pt")],
+                          capture_output=True, text=True, env={**os.environ, **ENV}, timeout=180,
+                          stdin=subprocess.DEVNULL)
+    assert done.returncode == 0 and "epoch 1: test loss" in done.stdout, done.stdout + done.stderr
+
+
 CLI_PLACED = ("import os, torch, fakecuda\ntorch.cuda.set_device(int(os.environ['LOCAL_RANK']))\n"
               "print('placed', os.environ['RANK'], os.environ['LOCAL_RANK'], fakecuda.physical(), "
               "os.environ.get('CUDA_VISIBLE_DEVICES'), os.environ.get('HIP_VISIBLE_DEVICES'), "
