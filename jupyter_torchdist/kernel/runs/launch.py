@@ -99,8 +99,9 @@ def _attempts(d: ScheduledRun) -> RunResult:
             ranks = RankSet(options)
             d.run.attach(ranks.inbox)
             if folder is None:
-                folder = CheckpointFolder.for_run(options, ranks.info.loopback)
+                folder = CheckpointFolder.for_run(options, ranks.info.loopback, kept=d.commits)
             ranks.checkpoint, ranks.attempt, ranks.number = folder.where, len(failed) + 1, d.run.id
+            ranks.listener = d.listener
             ranks.carried = [a.line(options.max_restarts + 1) for a in failed]
             if d.recorder is not None:
                 ranks.tap, ranks.folder = d.recorder.tap, d.recorder.shown_folder

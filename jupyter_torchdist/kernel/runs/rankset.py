@@ -73,6 +73,7 @@ class RankSet:
         self.failed_rank: int | None = None  # the last cell's root-cause rank, if it raised (kept ranks)
         self.number: int | None = None      # the run's number in this kernel (jupyter_torchdist.runs())
         self.tap: Callable[[Inbound], None] | None = None  # the run's recorder sees its ranks' messages (--track)
+        self.listener: Callable[[Inbound], None] | None = None  # a sweep's judge sees its ranks' reports
         self.folder: str | None = None      # the run's folder under --logdir (--track tensorboard, --profile)
 
     # -- one cell ----------------------------------------------------------------------------------------
@@ -97,7 +98,7 @@ class RankSet:
         deadline = None if options.timeout is None else state.started_at + options.timeout
         sup = (KeptSupervisor if self.keep else Supervisor)(state, self.server, self.launcher, view, self.inbox,
                                                             deadline)
-        sup.tap = self.tap
+        sup.tap, sup.listener = self.tap, self.listener
         in_slots = 0 if self.keep or not self.launcher.slot_noun else options.n  # kept ranks' slots count as held
         sup.data = DataService(self.server, self.inbox, world_size=options.n, workers=options.data_workers,
                                secret=self.server.secret, run_id=f"{self.run_id}-{self.cells + 1}",

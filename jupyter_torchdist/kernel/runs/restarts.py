@@ -108,9 +108,13 @@ class CheckpointFolder:
         self.where, self.made = where, made
 
     @classmethod
-    def for_run(cls, options: RunOptions, loopback: bool) -> CheckpointFolder:
+    def for_run(cls, options: RunOptions, loopback: bool, kept: str | None = None) -> CheckpointFolder:
+        """``kept``: a folder of this kernel's that outlives the run (a sweep member's beside its study, so the
+        member run again resumes from it), used when the ranks share this machine."""
         if options.checkpoint_dir is not None:
             return cls(options.checkpoint_dir, made=False)
+        if kept is not None and loopback:
+            return cls(kept, made=False)
         if not (options.max_restarts and loopback):
             if options.max_restarts:
                 raise LaunchError("--max-restarts on a cluster needs --checkpoint-dir: a folder every executor's "

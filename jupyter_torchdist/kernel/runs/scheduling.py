@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from ...core.contract import Inbound
 from ...core.errors import LaunchError, RunInterrupted
 from ...launchers import backend_for, before_run
 from ...core.options import RunOptions
@@ -52,6 +53,8 @@ class ScheduledRun:
     attempts: Callable[[ScheduledRun], RunResult]   # launch.py's: start the ranks (again after a lost rank)
     waiting: RunState | None = None           # the run as its view shows it until its ranks start
     recorder: Any = None                      # tracking.RunRecorder: --track, --profile (None: neither)
+    listener: Callable[[Inbound], None] | None = None   # a sweep's judge: each of the ranks' reports, as it arrives
+    commits: str | None = None   # a sweep member's own commit folder, kept (used when the ranks share this machine)
 
     def __post_init__(self) -> None:
         self.run.driver = weakref.ref(self)   # while it drives the run: the runs panel reads its view's frame

@@ -49,6 +49,7 @@ class Supervisor:
     broken: str | None = None        # why the ranks had to be killed and cannot take another cell (kept ranks)
     names: list[str] | None = None   # the global names rank 0's own code defined (kept ranks)
     tap: Callable[[Inbound], None] | None = None  # the run's recorder (--track, --profile): its ranks' reports
+    listener: Callable[[Inbound], None] | None = None  # a sweep's judge: each report as it arrives (never raises)
 
     def __init__(self, state: RunState, server: ChannelServer, launcher: Launcher, view: RunView,
                  inbox: queue.SimpleQueue[Inbound], deadline: float | None) -> None:
@@ -71,6 +72,8 @@ class Supervisor:
     def handle(self, ev: Inbound) -> None:
         self.dirty = True
         t = ev.msg.get("t")
+        if self.listener is not None and ev.role == C.RANK and t == C.PROGRESS:
+            self.listener(ev)   # before anything else: a rule's stop at a rung goes out at once
         if self.tap is not None and ev.role == C.RANK and t in (C.PROGRESS, C.PROFILE):
             self._record(ev)
         self.state.apply(ev.rank, ev.role, ev.msg, ev.at)
@@ -84,8 +87,9 @@ class Supervisor:
         if ev.role == C.RANK and t == C.RESULT and ev.msg.get("value") is not None:
             self._take_value(ev)
         self.debugging.handle(ev)
-        if ev.role == C.BACKEND and t == C.STOP_WANTED:
-            self.stop("interrupted")  # run.stop(), a background run's Stop: this run only
+        if ev.role == C.BACKEND and t == C.STOP_WANTED and not self.state.all_ended():
+            self.stop("interrupted")  # run.stop(), a background run's Stop: this run only (once every rank has
+            # ended its cell there is nothing to stop: the run ends as its ranks did)
         if ev.role == C.BACKEND and ev.msg["t"] == C.FOCUS_WANTED:
             self.focus, self.frame_s = frozenset(ev.msg["ranks"][:FOCUS_MAX]), 0.0  # shown in full at once
         if self.state.failures and self.first_failure_at is None:
