@@ -23,7 +23,7 @@ def _local(options: RunOptions) -> bool:
 
 
 def _connect(options: RunOptions) -> bool:
-    from .connect import connect_session
+    from .session.notebook import connect_session
 
     return not options.local and connect_session() is not None
 
@@ -64,19 +64,22 @@ def on_load(warm: bool, busy_runs: Callable[[], list[str]] = lambda: []) -> None
     unless the notebook already holds a Spark Connect session (its server's executors are the server's to warm).
     A session the notebook builds later is the embedded one when it asks for nothing else, else its own
     (``give_way``, which waits for the kernel's ``busy_runs`` first: background runs and sweeps, in words)."""
-    from .connect import connect_session
+    from .session.notebook import connect_session
 
     if not warm or connect_session() is not None:
         return
     from .session import autostart as embedded, give_way
     from .local_server import get_zygote
+    from .session.notebook import own_classic_session
 
     try:
         give_way.runs_on_embedded = busy_runs
         give_way.install()
     except ImportError:
         return  # no pyspark: --local still works
-    embedded.enable(get_zygote())
+    # With a session of the notebook's own already up, runs go to it: no process server waits for them meanwhile
+    # (``--local`` starts it when first used).
+    embedded.enable(get_zygote() if own_classic_session() is None else None)
 
 
 def may_use_spark(options: RunOptions) -> bool:
@@ -85,13 +88,15 @@ def may_use_spark(options: RunOptions) -> bool:
 
 
 def before_run(options: RunOptions) -> None:
-    """A run is about to choose its backend: if it could use the embedded session, that session starts warming up
-    in the background now (this run goes to local processes meanwhile: ``warming``)."""
+    """A run is about to choose its backend: if it could use the embedded session (the notebook has no session of
+    its own), that session starts warming up in the background now (this run goes to local processes meanwhile:
+    ``warming``). With the notebook's own session nothing of ours starts, whichever thread the run decides on."""
     if options.local or _connect(options):
         return
     from .session import autostart as embedded
+    from .session.notebook import own_classic_session
 
-    if embedded.allowed():
+    if embedded.allowed() and own_classic_session() is None:
         embedded.wanted()
 
 

@@ -14,7 +14,6 @@ import pickle
 import queue
 import secrets
 import socket
-import sys
 from dataclasses import replace
 from typing import Any, Final
 from urllib.parse import urlparse
@@ -30,6 +29,7 @@ from .base import Capacity, Launcher
 from .spark_jobs import error_summary, held_slots, hold, release, submit_job
 from .session.tls_consent import require_ssl_consent, session_conf
 from .session.embedded import local_slots
+from .session.notebook import connect_session
 
 __all__ = ["ConnectLauncher", "connect_session", "connect_conf", "CHANNEL_HOST_CONF", "CHANNEL_HOST_ENV",
            "CHANNEL_ADVERTISE_CONF", "CHANNEL_ADVERTISE_ENV", "PROBE_S"]
@@ -46,21 +46,6 @@ OFFLINE = ("live progress is unavailable: the executors could not reach this ker
            "each rank's end, its traceback and the tail of its log came back when the run ended. Set "
            f"{CHANNEL_HOST_CONF} (or {CHANNEL_ADVERTISE_CONF} when the executors must dial another address, behind "
            "NAT or a proxy) to an address of this machine they can reach for the live view, Stop and kept ranks.")
-
-
-def connect_session() -> Any | None:
-    """The notebook's active session if it is a Spark Connect client; None otherwise (and pyspark stays unloaded
-    when nothing has loaded it: a Connect session cannot exist without it). The active session is per thread: on
-    another thread (a background run's) it is the notebook's default Connect session, as ``SparkSession.active()``
-    would find it."""
-    if "pyspark" not in sys.modules or "SPARK_CONNECT_MODE_ENABLED" not in os.environ:
-        return None
-    try:
-        from pyspark.sql.connect.session import SparkSession
-    except ImportError:
-        return None
-    default = getattr(SparkSession, "_get_default_session", lambda: None)
-    return SparkSession.getActiveSession() or default()
 
 
 def _reaches(address: tuple[str, int], timeout: float) -> bool:

@@ -100,11 +100,13 @@ def test_the_views_requests_on_the_control_channel_reach_the_named_run_only():
 def test_runs_show_as_a_table_in_text_and_html():
     ok, bad = _run(lr=0.1), _run()
     ok.running()
+    ok.where = "spark local[4]"  # where its ranks ran, once they started (the table says it)
     ok.finish(3.5, None, None)
     bad.finish(None, None, _failed("KeyError: 'x'"))
     table = RunList([ok, bad])
     lines = repr(table).splitlines()
-    assert lines[0].split() == ["run", "title", "state", "ranks", "seconds", "outcome"]
+    assert lines[0].split() == ["run", "title", "state", "ranks", "on", "seconds", "outcome"]
+    assert "spark local[4]" in lines[1] and " on spark local[4]: done>" in repr(ok)
     assert "[lr=0.1]" in lines[1] and lines[1].rstrip().endswith("3.5") and "failed" in lines[2]
     assert "<table" in table._repr_html_() and "KeyError: &#x27;x&#x27;" in table._repr_html_()
 

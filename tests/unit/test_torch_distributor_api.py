@@ -5,6 +5,7 @@ rules read only a session's conf and driver resources); real sessions: ranks/tes
 from __future__ import annotations
 
 import logging
+import threading
 import types
 
 import pytest
@@ -154,35 +155,63 @@ def test_num_processes_is_checked_first(session):
 
 
 # -- which session counts ----------------------------------------------------------------------------------------
-def test_the_notebook_session_is_found_without_importing_pyspark(monkeypatch):
-    """Through sys.modules, as pyspark's SparkSession.active() finds it; our embedded session does not count."""
-    monkeypatch.setattr(sessions, "is_embedded", lambda s: s == "ours")
+def _session(alive: bool = True) -> types.SimpleNamespace:
+    """A classic session as the finder reads it: its SparkContext, whose JVM side ``stop()`` clears."""
+    sc = types.SimpleNamespace(_jsc=object() if alive else None)
+    return types.SimpleNamespace(_sc=sc, sparkContext=sc)
+
+
+def test_the_notebook_session_is_the_main_threads_from_every_thread_without_importing_pyspark(monkeypatch):
+    """The JVM keeps the active session per thread: a background run's thread sees none. The notebook's session is
+    the one its main thread last had active (else pyspark's last built), while it lives; our embedded one is not."""
     monkeypatch.setattr(sessions, "connect_session", lambda: None)
+    monkeypatch.setattr(sessions, "_seen_on_main", None)
     monkeypatch.delitem(__import__("sys").modules, "pyspark.sql", raising=False)
     assert td._notebook_session() is None  # pyspark not loaded: no session can exist
-    active = {"session": "users"}
+    per_thread = threading.local()
+    users, ours = _session(), _session()
 
     class SparkSession:
+        _instantiatedSession = None
+
         @staticmethod
-        def active():
-            if active["session"] is None:
-                raise RuntimeError("NO_ACTIVE_OR_DEFAULT_SESSION")
-            return active["session"]
+        def getActiveSession():
+            return getattr(per_thread, "active", None)
 
     monkeypatch.setitem(__import__("sys").modules, "pyspark.sql", types.SimpleNamespace(SparkSession=SparkSession))
-    assert td._notebook_session() == "users"
-    active["session"] = "ours"
-    assert td._notebook_session() is None
-    active["session"] = None
-    assert td._notebook_session() is None
+    per_thread.active = users   # the main thread built it
+    assert td._notebook_session() is users
+
+    def on_a_thread() -> object:
+        out: list[object] = []
+        t = threading.Thread(target=lambda: out.append(td._notebook_session()))
+        t.start()
+        t.join()
+        return out[0]
+
+    assert on_a_thread() is users   # its active session is None there: the main thread's counts
+    sessions.mark_ours(ours)
+    try:
+        per_thread.active = ours    # the main thread now has our embedded session active
+        assert td._notebook_session() is None and on_a_thread() is None
+        monkeypatch.setattr(sessions, "_seen_on_main", None)  # a session built on a thread of the user's own
+        per_thread.active, SparkSession._instantiatedSession = None, users
+        assert on_a_thread() is users   # pyspark's last built, as SparkSession.active() falls back to
+        users._sc._jsc = None       # spark.stop()
+        assert td._notebook_session() is None and on_a_thread() is None
+    finally:
+        sessions.mark_ours(None)
 
 
-def test_the_embedded_session_is_recognised_by_its_spark_context(monkeypatch):
+def test_the_embedded_session_is_recognised_by_its_spark_context():
     context = object()
-    monkeypatch.setattr(spark_session, "_embedded", types.SimpleNamespace(sparkContext=context))
-    assert spark_session.is_embedded(types.SimpleNamespace(sparkContext=context))
-    assert not spark_session.is_embedded(types.SimpleNamespace(sparkContext=object()))
-    assert not spark_session.is_embedded(object())  # a Connect session has no SparkContext
+    sessions.mark_ours(types.SimpleNamespace(sparkContext=context))
+    try:
+        assert spark_session.is_embedded(types.SimpleNamespace(sparkContext=context))
+        assert not spark_session.is_embedded(types.SimpleNamespace(sparkContext=object()))
+        assert not spark_session.is_embedded(object())  # a Connect session has no SparkContext
+    finally:
+        sessions.mark_ours(None)
 
 
 # -- pyspark's _check_encryption ---------------------------------------------------------------------------------

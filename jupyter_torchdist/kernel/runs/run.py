@@ -48,6 +48,7 @@ class Run(Handle):
         self._state = "queued"
         self.waiting_for: str | None = None   # while queued: what it waits for, as its view says it
         self._stop_by: str | None = None
+        self.where: str | None = None   # where its ranks run, in words ("spark local[4]"), once they start
         self._inbox: queue.SimpleQueue[Inbound] | None = None
         self._lock = threading.Lock()
         self._outcome: Any = None
@@ -178,7 +179,8 @@ class Run(Handle):
 
     def __repr__(self) -> str:
         params = f" [{describe(self.params)}]" if self.params else ""
-        return f"<Run {self.id} {self.title}{params}: {self._state}>"
+        where = f" on {self.where}" if self.where else ""
+        return f"<Run {self.id} {self.title}{params}{where}: {self._state}>"
 
 
 def _stopped(error: BaseException) -> bool:
@@ -188,7 +190,7 @@ def _stopped(error: BaseException) -> bool:
 class RunList(list[Run]):
     """``runs()``: a list of ``Run`` that shows as a table in a notebook."""
 
-    _COLUMNS: Final = ("run", "title", "state", "ranks", "seconds", "outcome")
+    _COLUMNS: Final = ("run", "title", "state", "ranks", "on", "seconds", "outcome")
 
     def _rows(self) -> list[tuple[str, ...]]:
         rows: list[tuple[str, ...]] = []
@@ -196,8 +198,8 @@ class RunList(list[Run]):
             secs = r.seconds()
             title = r.title + (f" [{describe(r.params)}]" if r.params else "") + (" (background)" if r.background
                                                                                    else "")
-            rows.append((str(r.id), title, r.state, str(r.options.n), "" if secs is None else f"{secs:.1f}",
-                         r.summary()))
+            rows.append((str(r.id), title, r.state, str(r.options.n), r.where or "",
+                         "" if secs is None else f"{secs:.1f}", r.summary()))
         return rows
 
     def __repr__(self) -> str:

@@ -78,6 +78,15 @@ def wanted() -> bool:
     return True
 
 
+def own_session_built() -> None:
+    """The notebook built a session of its own: runs go to it, so the process server ``%load_ext`` started for the
+    first cells goes, unless a run uses it or asked for it (``--local``)."""
+    with _lock:
+        zygote = _zygote
+    if zygote is not None:
+        _idle_zygote_goes(zygote)
+
+
 def _idle_zygote_goes(zygote: Any) -> None:
     """Once the session is warm, the zygote ``%load_ext`` started goes unless a run uses it or asked for it."""
     from ..local_server import stop_zygote, zygote_if_running

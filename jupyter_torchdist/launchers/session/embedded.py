@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from . import jvm as spark_jvm
+from .notebook import is_embedded, mark_ours
 from .jvm import session_log
 
 __all__ = ["get_session", "dynamic_allocation", "embedded_session", "local_slots", "stop_embedded_session",
@@ -155,30 +156,21 @@ def _start_embedded() -> Any:
 
 
 def get_session() -> tuple[Any, bool]:
-    """(session, embedded): the notebook's active session, or our embedded local one."""
+    """(session, embedded): the notebook's own session (as its main thread sees it, whichever thread asks:
+    ``notebook.own_classic_session``), or our embedded local one, started if need be."""
     global _embedded
-    from pyspark.sql import SparkSession
+    from .notebook import own_classic_session
 
     with _session_lock:
-        active = SparkSession.getActiveSession() or _session_of_another_thread()
-        if active is not None and active is not _embedded:
-            activate(active)
-            return active, False
+        own = own_classic_session()
+        if own is not None:
+            activate(own)
+            return own, False
         if _embedded is None:
             _embedded = _start_embedded()
+            mark_ours(_embedded)
         activate(_embedded)
         return _embedded, True
-
-
-def _session_of_another_thread() -> Any:
-    """The notebook's own session when it was built on another thread (the active session is per thread): a run
-    on a helper thread uses it, never the embedded one (pyspark's builder would return it anyway, as embedded)."""
-    from pyspark.sql import SparkSession
-
-    session = getattr(SparkSession, "_instantiatedSession", None)
-    if session is None or session is _embedded or getattr(session.sparkContext, "_jsc", None) is None:
-        return None
-    return session
 
 
 def activate(session: Any) -> None:
@@ -209,18 +201,6 @@ def embedded_session() -> Any:
     return _embedded
 
 
-def is_embedded(session: Any) -> bool:
-    """Whether ``session`` runs on the embedded session's SparkContext (configured by us, not by the notebook); a
-    Connect session has no SparkContext and is never ours."""
-    ours = _embedded
-    if ours is None or session is None:
-        return False
-    try:
-        return bool(session.sparkContext is ours.sparkContext)
-    except Exception:
-        return False
-
-
 def driver_has_gpu(session: Any) -> bool | None:
     """Whether the driver of a classic ``session`` found a "gpu" resource; None when the session cannot say."""
     try:
@@ -237,6 +217,7 @@ def stop_embedded_session(jvm: bool = False) -> None:
         if _embedded is not None:
             _embedded.stop()
             _embedded = None
+            mark_ours(None)
         if jvm and spark_jvm.jvm_is_ours():
             spark_jvm.stop_jvm()
             _conf_cache.clear()
@@ -298,13 +279,12 @@ def warming() -> bool:
         return False
     if "pyspark.sql" not in sys.modules:
         return True
-    from pyspark.sql import SparkSession
+    from .notebook import own_classic_session
 
-    try:
-        active = SparkSession.getActiveSession()
+    try:  # the notebook's own session as its main thread sees it: never this thread's (a background run's)
+        return own_classic_session() is None
     except Exception:
         return True  # the JVM is still starting
-    return active is None or active is _embedded
 
 
 def wait_for_warm_up() -> None:

@@ -117,7 +117,10 @@ def install() -> None:
             _give_way(builder)
         except Exception:
             pass  # never stand between the notebook and its session
-        return _original(builder)
+        session = _original(builder)
+        if not spark_session.is_embedded(session):
+            embedded.own_session_built()
+        return session
 
     SparkSession.Builder.getOrCreate = get_or_create  # type: ignore[method-assign,assignment]
 
