@@ -45,15 +45,15 @@ def test_a_sweep_whose_probe_fails_ends_every_member(probe_fails):
 
 def test_a_slot_count_that_fails_while_the_run_waits_ends_it(monkeypatch):
     """The run queues behind another holder; then reading the backend's slots raises."""
-    from jupyter_torchdist.kernel.runs.turns import Place, turns
+    from jupyter_torchdist.kernel.runs.turns import Ticket, turns
 
-    holder = Place(-1, 1, "broken-pool")
+    holder = Ticket(-1, 1, "broken-pool")
     assert turns.wait(holder, lambda: 1) == "go"
 
     def pool(run, options):
         def capacity() -> int:
             raise LaunchError("the session's slots could not be read: its JVM is gone")
-        return scheduling.Pool(Place(run.id, 1, "broken-pool"), capacity)
+        return scheduling.Pool(Ticket(run.id, 1, "broken-pool"), capacity)
 
     monkeypatch.setattr(scheduling, "slots_pool", pool)
     try:

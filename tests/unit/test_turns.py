@@ -7,11 +7,11 @@ import time
 
 import pytest
 
-from jupyter_torchdist.kernel.runs.turns import Place, Turns
+from jupyter_torchdist.kernel.runs.turns import Ticket, Turns
 from jupyter_torchdist.launchers.spark_jobs import _Lanes
 
 
-def _waiter(turns: Turns, place: Place, slots: int | None, out: list, said: list | None = None,
+def _waiter(turns: Turns, place: Ticket, slots: int | None, out: list, said: list | None = None,
             stopped=lambda: False, deadline=None) -> threading.Thread:
     def go():
         out.append((place.run, turns.wait(place, lambda: slots, stopped=stopped, deadline=deadline,
@@ -23,10 +23,10 @@ def _waiter(turns: Turns, place: Place, slots: int | None, out: list, said: list
 
 def test_a_run_that_fits_goes_at_once_and_one_that_does_not_waits_for_a_release():
     turns, out, said = Turns(), [], []
-    first, second = Place(1, 2, "spark"), Place(2, 2, "spark")
+    first, second = Ticket(1, 2, "spark"), Ticket(2, 2, "spark")
     assert turns.wait(first, lambda: 4) == "go"
     assert turns.wait(second, lambda: 4) == "go"
-    third = _waiter(turns, Place(3, 2, "spark"), 4, out, said)
+    third = _waiter(turns, Ticket(3, 2, "spark"), 4, out, said)
     time.sleep(0.3)
     assert out == [] and said == ["queued: needs 2 task slots of spark, 0 of 4 free; held by run 1 (2), run 2 (2); "
                                   "it goes next"]
@@ -37,11 +37,11 @@ def test_a_run_that_fits_goes_at_once_and_one_that_does_not_waits_for_a_release(
 
 def test_first_in_first_out_even_when_a_later_smaller_run_would_fit():
     turns, out = Turns(), []
-    assert turns.wait(Place(1, 3, "spark"), lambda: 4) == "go"
-    big = _waiter(turns, Place(2, 2, "spark"), 4, out)
+    assert turns.wait(Ticket(1, 3, "spark"), lambda: 4) == "go"
+    big = _waiter(turns, Ticket(2, 2, "spark"), 4, out)
     time.sleep(0.2)
     said: list[str] = []
-    small = _waiter(turns, Place(3, 1, "spark"), 4, out, said)  # one slot is free, but run 2 came first
+    small = _waiter(turns, Ticket(3, 1, "spark"), 4, out, said)  # one slot is free, but run 2 came first
     time.sleep(0.3)
     assert out == [] and "ahead of it: run 2 (2)" in said[0]
     turns.release(next(t for t in turns.holders("spark") if t.run == 1))
@@ -52,18 +52,18 @@ def test_first_in_first_out_even_when_a_later_smaller_run_would_fit():
 
 def test_pools_do_not_wait_for_each_other_and_unlimited_or_never_enough_never_waits():
     turns = Turns()
-    assert turns.wait(Place(1, 4, "spark"), lambda: 4) == "go"
-    assert turns.wait(Place(2, 4, "connect"), lambda: 4) == "go"       # another pool
-    assert turns.wait(Place(3, 8, "local"), lambda: None) == "go"      # no fixed slots
-    assert turns.wait(Place(4, 9, "spark"), lambda: 4) == "go"         # can never fit: the launcher decides
+    assert turns.wait(Ticket(1, 4, "spark"), lambda: 4) == "go"
+    assert turns.wait(Ticket(2, 4, "connect"), lambda: 4) == "go"       # another pool
+    assert turns.wait(Ticket(3, 8, "local"), lambda: None) == "go"      # no fixed slots
+    assert turns.wait(Ticket(4, 9, "spark"), lambda: 4) == "go"         # can never fit: the launcher decides
 
 
 def test_a_stop_or_the_deadline_ends_the_wait_and_the_next_in_line_moves_up():
     turns, out = Turns(), []
-    assert turns.wait(Place(1, 2, "spark"), lambda: 2) == "go"
+    assert turns.wait(Ticket(1, 2, "spark"), lambda: 2) == "go"
     flag = threading.Event()
-    stopped = _waiter(turns, Place(2, 2, "spark"), 2, out, stopped=flag.is_set)
-    later = _waiter(turns, Place(3, 2, "spark"), 2, out, deadline=time.time() + 0.6)
+    stopped = _waiter(turns, Ticket(2, 2, "spark"), 2, out, stopped=flag.is_set)
+    later = _waiter(turns, Ticket(3, 2, "spark"), 2, out, deadline=time.time() + 0.6)
     time.sleep(0.2)
     flag.set()
     turns.wake()
@@ -75,8 +75,8 @@ def test_a_stop_or_the_deadline_ends_the_wait_and_the_next_in_line_moves_up():
 
 def test_a_kept_sets_turn_is_said_as_such():
     turns, said = Turns(), []
-    assert turns.wait(Place(5, 1, "kept ranks 1", what="turn"), lambda: 1) == "go"
-    _waiter(turns, Place(6, 1, "kept ranks 1", what="turn"), 1, [], said, deadline=time.time() + 0.3).join(2)
+    assert turns.wait(Ticket(5, 1, "kept ranks 1", what="turn"), lambda: 1) == "go"
+    _waiter(turns, Ticket(6, 1, "kept ranks 1", what="turn"), 1, [], said, deadline=time.time() + 0.3).join(2)
     assert said == ["queued: waiting for the kept ranks: run 5 runs a cell on them; it goes next"]
 
 
@@ -104,5 +104,5 @@ def test_a_lanes_jobs_run_in_order_and_lanes_side_by_side_on_reused_threads():
 @pytest.mark.parametrize("pool", ["spark", "sweep 1"])
 def test_a_full_pool_holds_a_run_until_its_deadline(pool):
     turns = Turns()
-    assert turns.wait(Place(1, 2, pool), lambda: 2) == "go"
-    assert turns.wait(Place(2, 1, pool), lambda: 2, deadline=time.time()) == "timeout"
+    assert turns.wait(Ticket(1, 2, pool), lambda: 2) == "go"
+    assert turns.wait(Ticket(2, 1, pool), lambda: 2, deadline=time.time()) == "timeout"

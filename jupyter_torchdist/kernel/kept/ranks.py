@@ -26,7 +26,7 @@ from ..runs.result import RunResult
 from ..runs.scheduling import Pool
 from ..runs.launch import execute
 from ..runs.run import Run
-from ..runs.turns import Place, turns
+from ..runs.turns import Ticket, turns
 
 __all__ = ["Ranks", "KeptInfo", "notebook_ranks", "set_notebook_ranks"]
 
@@ -126,7 +126,7 @@ class Ranks:
 
     def turn(self, run: Run) -> Pool:
         """``run``'s turn on these ranks: cells run one at a time, in the order they came, never interleaved."""
-        return Pool(Place(run.id, 1, self.turn_pool, what="turn"), lambda: 1)
+        return Pool(Ticket(run.id, 1, self.turn_pool, what="turn"), lambda: 1)
 
     def busy(self) -> list[int]:
         """The runs (cells) running on these ranks or waiting for them, by number."""

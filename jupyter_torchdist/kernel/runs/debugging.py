@@ -35,8 +35,8 @@ PLACE_WAIT_S: Final = ANSWER_S  # before a stop: how long the ranks get to say w
 STALL_REFRESH_S: Final = 10.0   # while a run is stalled: how often the stacks are asked for again
 
 
-class Supervisor(Protocol):
-    """What debugging uses of its supervisor (``supervisor.Supervisor``)."""
+class Supervised(Protocol):
+    """The run as debugging sees it: what it uses of the run's supervisor (``supervisor.Supervisor`` is one)."""
 
     state: Any          # the run's RunState
     server: Any         # its ChannelServer
@@ -68,7 +68,7 @@ def tell_foreground(msg: C.WhereWantedMsg | C.FocusWantedMsg) -> bool:
 
 
 class Debugging:
-    def __init__(self, sup: Supervisor) -> None:
+    def __init__(self, sup: Supervised) -> None:
         self.sup = sup
         self.prompts: collections.deque[tuple[int, C.PdbMsg]] = collections.deque()
         self.post_mortem: int | None = None   # the rank in its post-mortem: failures do not stop the run yet

@@ -25,7 +25,7 @@ from .result import RunResult
 from .restarts import ContinuedView
 from .run import Run
 from .registry import new_run
-from .turns import Place, turns
+from .turns import Ticket, turns
 from ..state.run import RunState
 
 __all__ = ["Pool", "Pools", "ScheduledRun", "drive", "background_run", "start_on_thread", "slots_pool"]
@@ -37,7 +37,7 @@ Capacity = Callable[[], "int | None"]
 class Pool:
     """A pool the run takes a place in before it starts, and how many places the pool has."""
 
-    place: Place
+    ticket: Ticket
     capacity: Capacity
 
 
@@ -88,7 +88,7 @@ def slots_pool(run: Run, options: RunOptions) -> Pool:
             return None  # the launcher will say what is wrong when the run starts
 
     where = _PLACES.get(backend.name, f"the {backend.name} backend")
-    return Pool(Place(run.id, options.n, backend.name, where=where), capacity)
+    return Pool(Ticket(run.id, options.n, backend.name, where=where), capacity)
 
 
 _PLACES = {"spark": "the Spark session", "connect": "the Spark Connect session"}
@@ -101,12 +101,12 @@ def drive(d: ScheduledRun, pools: Pools, deadline: float | None) -> RunResult:
     """Wait for the run's turn at ``pools()``, run it, fill in its handle; the result, or raise the run's error.
     Whatever fails on the way (the backend's probe, its slot count, the session gone) ends the run with that error:
     a run never stays queued. The handle says the run ended before its slots go to the next run in line."""
-    held: list[Place] = []
+    held: list[Ticket] = []
     try:
         try:
             for pool in pools():
                 _take_turn(d, pool, deadline)
-                held.append(pool.place)
+                held.append(pool.ticket)
             if d.waiting is not None and d.waiting.status == "queued":
                 d.show_waiting(None)  # its turn came: starting
             d.run.running()
@@ -126,8 +126,8 @@ def drive(d: ScheduledRun, pools: Pools, deadline: float | None) -> RunResult:
         d.run.finish(result.value, result, None)
         return result
     finally:
-        for place in held:
-            turns.release(place)
+        for ticket in held:
+            turns.release(ticket)
 
 
 def _record_end(d: ScheduledRun) -> None:
@@ -152,7 +152,7 @@ def _close_view(d: ScheduledRun, error: BaseException | None = None) -> None:
 
 
 def _take_turn(d: ScheduledRun, pool: Pool, deadline: float | None) -> None:
-    outcome = turns.wait(pool.place, pool.capacity, deadline=deadline, stopped=lambda: d.run.stop_asked is not None,
+    outcome = turns.wait(pool.ticket, pool.capacity, deadline=deadline, stopped=lambda: d.run.stop_asked is not None,
                          show_waiting=d.show_waiting)
     if outcome == "stopped":
         raise RunInterrupted(f"stopped by {d.run.stop_asked} while queued: no rank had started")

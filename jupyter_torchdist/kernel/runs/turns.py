@@ -7,7 +7,7 @@ launcher says (its ``capacity``) is read again while runs wait: a cluster's exec
 more slots than the backend has at all is not held here: its launcher refuses it, or waits for executors, as without
 other runs. A backend with no fixed slots (local processes) never makes a run wait.
 
-The same queue bounds a sweep's runs at once (``--concurrent``): a pool of K places, one a run.
+The same queue bounds a sweep's runs at once (``--concurrent``): a pool of K tickets, one a run.
 """
 from __future__ import annotations
 
@@ -17,15 +17,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final, Literal
 
-__all__ = ["Place", "Turns", "turns", "Outcome"]
+__all__ = ["Ticket", "Turns", "turns", "Outcome"]
 
 POLL_S: Final = 0.5   # how often a waiting run reads the backend's slots again (executors come and go)
 Outcome = Literal["go", "stopped", "timeout"]
 
 
 @dataclass(eq=False)
-class Place:
-    """One run's place in one pool (a backend's task slots, a sweep's places, a kept set's turn)."""
+class Ticket:
+    """One run's ticket for one pool (a backend's task slots, a sweep's places, a kept set's turn)."""
 
     run: int         # the run's number (jupyter_torchdist.runs())
     need: int        # slots it holds while it runs
@@ -39,34 +39,34 @@ class Turns:
 
     def __init__(self) -> None:
         self._cv = threading.Condition()
-        self._waiting: list[Place] = []
-        self._held: list[Place] = []
+        self._waiting: list[Ticket] = []
+        self._held: list[Ticket] = []
 
     def held(self, pool: str) -> int:
         with self._cv:
             return sum(t.need for t in self._held if t.pool == pool)
 
-    def holders(self, pool: str) -> list[Place]:
+    def holders(self, pool: str) -> list[Ticket]:
         with self._cv:
             return [t for t in self._held if t.pool == pool]
 
     def numbers(self, pool: str) -> list[int]:
-        """The runs holding places in ``pool`` or waiting for one, holders first."""
+        """The runs holding tickets for ``pool`` or waiting for one, holders first."""
         with self._cv:
             return [t.run for t in (*self._held, *self._waiting) if t.pool == pool]
 
-    def wait(self, place: Place, capacity: Callable[[], int | None], *, deadline: float | None = None,
+    def wait(self, ticket: Ticket, capacity: Callable[[], int | None], *, deadline: float | None = None,
              stopped: Callable[[], bool] = lambda: False,
              show_waiting: Callable[[str], None] = lambda _: None) -> Outcome:
-        """Block until ``place`` holds its slots ("go"), ``stopped()`` ("stopped") or ``deadline`` ("timeout").
+        """Block until ``ticket`` holds its slots ("go"), ``stopped()`` ("stopped") or ``deadline`` ("timeout").
 
         ``capacity()``: the pool's slots in all (None: no fixed number). ``show_waiting`` gets what the run waits for,
-        each time that changes. The place is released with ``release`` once its run has ended."""
+        each time that changes. The ticket is given back with ``release`` once its run has ended."""
         with self._cv:
-            if not any(t.pool == place.pool for t in (*self._held, *self._waiting)) and not stopped():
-                self._held.append(place)  # alone in its pool: nothing to wait for (the launcher checks the rest)
+            if not any(t.pool == ticket.pool for t in (*self._held, *self._waiting)) and not stopped():
+                self._held.append(ticket)  # alone in its pool: nothing to wait for (the launcher checks the rest)
                 return "go"
-            self._waiting.append(place)
+            self._waiting.append(ticket)
         said = ""
         try:
             while True:
@@ -74,11 +74,11 @@ class Turns:
                     return "stopped"
                 slots = capacity()  # outside the lock: a Spark session's answer takes a JVM call
                 with self._cv:
-                    if self._fits(place, slots):
-                        self._waiting.remove(place)
-                        self._held.append(place)
+                    if self._fits(ticket, slots):
+                        self._waiting.remove(ticket)
+                        self._held.append(ticket)
                         return "go"
-                    text = self._why(place, slots or 0)
+                    text = self._why(ticket, slots or 0)
                 if text != said:
                     said = text
                     show_waiting(text)
@@ -89,15 +89,15 @@ class Turns:
                     self._cv.wait(POLL_S if left is None else min(POLL_S, left))
         finally:
             with self._cv:
-                if place in self._waiting:
-                    self._waiting.remove(place)
+                if ticket in self._waiting:
+                    self._waiting.remove(ticket)
                     self._cv.notify_all()  # those behind it may go now
 
-    def release(self, place: Place) -> None:
+    def release(self, ticket: Ticket) -> None:
         """The run ended (or handed its slots to a longer-lived holder): the next in line may go."""
         with self._cv:
-            if place in self._held:
-                self._held.remove(place)
+            if ticket in self._held:
+                self._held.remove(ticket)
             self._cv.notify_all()
 
     def wake(self) -> None:
@@ -105,32 +105,32 @@ class Turns:
         with self._cv:
             self._cv.notify_all()
 
-    def _fits(self, place: Place, slots: int | None) -> bool:
-        if slots is None or place.need > slots:
+    def _fits(self, ticket: Ticket, slots: int | None) -> bool:
+        if slots is None or ticket.need > slots:
             return True  # no fixed slots, or never enough here: the launcher decides (refuses, or waits to grow)
-        first = next(t for t in self._waiting if t.pool == place.pool)
-        used = sum(t.need for t in self._held if t.pool == place.pool)
-        return first is place and place.need <= slots - used
+        first = next(t for t in self._waiting if t.pool == ticket.pool)
+        used = sum(t.need for t in self._held if t.pool == ticket.pool)
+        return first is ticket and ticket.need <= slots - used
 
-    def _why(self, place: Place, slots: int) -> str:
-        held = [t for t in self._held if t.pool == place.pool]
+    def _why(self, ticket: Ticket, slots: int) -> str:
+        held = [t for t in self._held if t.pool == ticket.pool]
         used = sum(t.need for t in held)
         ahead = []
         for t in self._waiting:
-            if t is place:
+            if t is ticket:
                 break
-            if t.pool == place.pool:
+            if t.pool == ticket.pool:
                 ahead.append(t)
-        if place.what == "turn":  # one at a time: a kept set's cells
+        if ticket.what == "turn":  # one at a time: a kept set's cells
             line = f"queued: waiting for the kept ranks: {_runs(held, False)} runs a cell on them"
         else:
-            line = (f"queued: needs {place.need} {place.what} of {place.where or place.pool}, "
+            line = (f"queued: needs {ticket.need} {ticket.what} of {ticket.where or ticket.pool}, "
                     f"{max(0, slots - used)} of {slots} free; held by {_runs(held)}")
-        return line + (f"; ahead of it: {_runs(ahead, place.what != 'turn')}" if ahead else "; it goes next")
+        return line + (f"; ahead of it: {_runs(ahead, ticket.what != 'turn')}" if ahead else "; it goes next")
 
 
-def _runs(places: list[Place], needs: bool = True) -> str:
-    return ", ".join(f"run {t.run}" + (f" ({t.need})" if needs else "") for t in places) or "nobody"
+def _runs(tickets: list[Ticket], needs: bool = True) -> str:
+    return ", ".join(f"run {t.run}" + (f" ({t.need})" if needs else "") for t in tickets) or "nobody"
 
 
 turns = Turns()  # the kernel's one queue
