@@ -14,7 +14,7 @@ from typing import Any
 
 from .data import DataError
 from .data.batches import batches
-from .core.errors import (CaptureError, DistributeError, LaunchError, MemberFailed, MemberPruned, OptionsError,
+from .core.errors import (CaptureError, DistributeError, LaunchError, MemberFailed, MemberStoppedEarly, OptionsError,
                           RunError, RunFailed, RunInterrupted, RunTimeout)
 from .core.space import choice, intrange, loguniform, uniform
 from .kernel.notebook_api import run, run_detailed, spark_session, sweep
@@ -40,8 +40,19 @@ __all__ = [
     "report", "rank", "local_rank", "world_size", "local_world_size", "is_main", "device", "barrier",
     "main_first", "on_main", "batches", "DataError", "commit", "restore",
     "DistributeError", "OptionsError", "LaunchError", "CaptureError", "RunError", "RunFailed", "RunTimeout",
-    "RunInterrupted", "MemberPruned", "MemberFailed", "load_ipython_extension", "unload_ipython_extension",
+    "RunInterrupted", "MemberStoppedEarly", "MemberFailed", "load_ipython_extension", "unload_ipython_extension",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """Names kept for code written against earlier releases, each with a warning that says what to use now."""
+    if name == "MemberPruned":
+        import warnings
+
+        warnings.warn("jupyter_torchdist.MemberPruned is now MemberStoppedEarly (the early-stopping rules' one word): "
+                      "catch jupyter_torchdist.MemberStoppedEarly", DeprecationWarning, stacklevel=2)
+        return MemberStoppedEarly
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def load_ipython_extension(ipython: Any) -> None:

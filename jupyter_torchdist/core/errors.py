@@ -8,7 +8,8 @@
      ├─ ``RunFailed``      at least one rank failed (the root cause first)
      ├─ ``RunTimeout``     ``--timeout`` passed
      ├─ ``RunInterrupted`` the user stopped it
-     │   └─ ``MemberPruned``   a sweep's early-stopping rule stopped this member
+     │   └─ ``MemberStoppedEarly``   a sweep's early-stopping rule stopped this member (``MemberPruned``: its
+     │                              name before, kept as an alias)
      └─ ``MemberFailed``   a sweep ended this member for a reason of its own
 
 ``LaunchError`` and ``RunError`` are also ``RuntimeError``s: pyspark's TorchDistributor raises RuntimeError for the
@@ -27,7 +28,8 @@ from ._groups import group_texts
 
 __all__ = [
     "RankFailure", "DistributeError", "OptionsError", "LaunchError", "CaptureError", "RunError",
-    "RunFailed", "RunTimeout", "RunInterrupted", "MemberPruned", "MemberFailed", "is_secondary", "root_cause",
+    "RunFailed", "RunTimeout", "RunInterrupted", "MemberStoppedEarly", "MemberPruned", "MemberFailed", "is_secondary",
+    "root_cause",
 ]
 
 # Errors a rank raises because a *peer* died: never the root cause when a real one exists.
@@ -173,9 +175,15 @@ class RunInterrupted(RunError):
     """The user interrupted the kernel; every rank was stopped."""
 
 
-class MemberPruned(RunInterrupted):
-    """A sweep's early-stopping rule stopped this member (its every rank): its metric was worse than its peers'
-    at a checkpoint step. Not a failure: its curve and last values stay in the sweep's results."""
+class MemberStoppedEarly(RunInterrupted):
+    """A sweep's early-stopping rule (``--early-stop``) stopped this member (its every rank): its metric was worse
+    than its peers' at a rung. Not a failure: its curve and last values stay in the sweep's results; its state is
+    ``state`` (``"stopped_early"``)."""
+
+    state: Final = "stopped_early"
+
+
+MemberPruned = MemberStoppedEarly   # its name before the early-stopping rules had one word (deprecated)
 
 
 class MemberFailed(RunError):

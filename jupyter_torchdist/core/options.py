@@ -48,13 +48,15 @@ class RunOptions:
     background: bool = False  # the cell returns a handle at once; the run goes on while other cells execute
     sweep: Space = ()         # run the cell once per member of this space (a grid's combinations; background runs)
     concurrent: int | None = None  # a sweep's runs at once (default: as many as the slots allow)
-    trials: int | None = None      # a random or Optuna search's members (core/search_options.py: these nine)
+    trials: int | None = None      # a random or Optuna search's members (core/search_options.py: these 11)
     search: str | None = None      # grid | random | optuna (None: grid for a grid, random otherwise)
     seed: int | None = None
     metric: str = "loss"           # what judges the members (jupyter_torchdist.report(loss=...))
     mode: str = "min"
     early_stop: str = "none"       # asha | median | none
-    grace: int = 1                 # the first checkpoint step of the early-stopping rule
+    grace: int = 1                 # the first step the early-stopping rule may judge a member at
+    reduction_factor: int | None = None  # ASHA's (None: its default, 4)
+    max_steps: int | None = None   # the steps each member runs: no rung at or past it
     metric_reduce: str | None = None  # mean | min | max over the ranks (None: rank 0's)
     study: str | None = None       # a SQLite file the search is kept in (resumable)
     track: tuple[str, ...] = ()    # mlflow, tensorboard (core/track_options.py: these four)

@@ -76,7 +76,8 @@ def sweep(fn: Callable[..., Any], space: Mapping[str, Any], *args: Any, n: int =
           local: bool = False, timeout: float | None = None, all_ranks: bool = False, concurrent: int | None = None,
           max_restarts: int = 0, checkpoint_dir: str | None = None, trials: int | None = None,
           search: str | None = None, seed: int | None = None, metric: str = "loss", mode: str = "min",
-          early_stop: str = "none", grace: int = 1, metric_reduce: str | None = None, study: str | None = None,
+          early_stop: str = "none", grace: int = 1, reduction_factor: int | None = None, max_steps: int | None = None,
+          metric_reduce: str | None = None, study: str | None = None,
           track: str | None = None, experiment: str | None = None, logdir: str | None = None,
           profile: bool | str | tuple[int, int] | None = None, **kwargs: Any) -> Sweep:
     """Call ``fn(*args, **kwargs, **params)`` on ``n`` ranks once per member of ``space``, as background runs,
@@ -86,14 +87,16 @@ def sweep(fn: Callable[..., Any], space: Mapping[str, Any], *args: Any, n: int =
     ``space`` maps names to lists (a grid: every combination) or distributions (``loguniform``, ``uniform``,
     ``intrange``, ``choice``: ``trials`` members drawn by ``search``, "random" or "optuna"). ``metric``/``mode`` name
     what the ranks report with ``report(...)`` that judges the members; ``early_stop`` ("asha", "median") stops the
-    worse ones from step ``grace`` on; ``study`` (a SQLite file) makes the search resumable. These keywords are the
+    worse ones from step ``grace`` on (ASHA's rungs ``reduction_factor`` apart, default 4; ``max_steps``: the steps a
+    member runs, where no rule judges); ``study`` (a SQLite file) makes the search resumable. These keywords are the
     sweep's own: to hand ``fn`` an argument of one of these names, bind it first (``functools.partial``).
     ``track``/``experiment``/``logdir``/``profile`` record it as ``run`` does: a parent record, a child per member.
     """
     options = RunOptions(n=n, gpu=gpu, local=local, timeout=timeout, all_ranks=all_ranks, concurrent=concurrent,
                          max_restarts=max_restarts, checkpoint_dir=checkpoint_dir, sweep=check_space(space),
                          background=True, trials=trials, search=search, seed=seed, metric=metric, mode=mode,
-                         early_stop=early_stop, grace=grace, metric_reduce=metric_reduce, study=study,
+                         early_stop=early_stop, grace=grace, reduction_factor=reduction_factor, max_steps=max_steps,
+                         metric_reduce=metric_reduce, study=study,
                          **_recording(track, experiment, logdir, profile))
     return sweep_function(fn, options, args, kwargs, NullView())
 

@@ -116,7 +116,7 @@ class Publisher:
         by_number = {r.id: r for r in all_runs}
         for e in entries:
             target = str(e["number"]) if e["kind"] == "run" else f"s{e['number']}"
-            if e["state"] in ("done", "failed", "stopped", "pruned") and not self.reports.final(target):
+            if e["state"] in ("done", "failed", "stopped", "stopped_early") and not self.reports.final(target):
                 if e["kind"] == "run":
                     self.reports.run_ended(target, latest_frame(by_number[e["number"]]))
                 else:

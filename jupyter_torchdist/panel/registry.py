@@ -28,7 +28,7 @@ __all__ = ["FORMAT", "VERSION", "RunEntry", "KernelRecord", "ENDED", "HEARTBEAT_
 
 FORMAT: Final = "jupyter-torchdist-runs"
 VERSION: Final = 1
-ENDED: Final = ("done", "failed", "stopped", "pruned", "lost")
+ENDED: Final = ("done", "failed", "stopped", "stopped_early", "lost")
 HEARTBEAT_S: Final = 30.0     # a living kernel rewrites its file at least this often
 STALE_S: Final = 300.0        # ... so a file this much older than that is a dead kernel's (a reused pid, another host)
 KEEP_S: Final = 24 * 3600.0   # an ended kernel's file (``runs --all``) is kept this long after its end
@@ -53,8 +53,8 @@ class RunEntry(TypedDict, total=False):
     ranks: int
     hosts: list[str]          # the first few hosts its ranks run on
     host_count: int
-    state: str                # queued, starting, running, stopping, done, failed, stopped, pruned, lost (its kernel
-                              # is gone)
+    state: str                # queued, starting, running, stopping, done, failed, stopped, stopped_early, lost (its
+                              # kernel is gone)
     status: str | None        # the view's own status (starting, stopping, succeeded, interrupted, timeout, ...)
     step: float | None        # rank 0's step (the median rank's in a many-rank run); a sweep: members finished
     total: float | None

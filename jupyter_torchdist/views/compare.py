@@ -1,7 +1,7 @@
 """A sweep's one comparison view: a row per run with its progress, every run's loss on one chart, a sortable table
-of the last metrics, failed runs named; for a search, what it searches and judges by, the best member marked, pruned
-members with the step they were stopped at and why, and each parameter's effect on the metric (``effects.py``).
-Drawn from ``schema.SweepSnapshot`` by ``labextension/src/compare.ts``, live
+of the last metrics, failed runs named; for a search, what it searches and judges by, the best member marked, members
+its early-stopping rule stopped with the step they were stopped at and why, and each parameter's effect on the
+metric (``effects.py``). Drawn from ``schema.SweepSnapshot`` by ``labextension/src/compare.ts``, live
 (an anywidget) and saved (``SWEEP_MIME``, with HTML and text fallbacks), as a run's view and report are.
 """
 from __future__ import annotations
@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 from .effects import effects_html
-from .style import DASH, colour, duration, finite, fmt_metric, tally_counts
+from .style import DASH, colour, duration, finite, fmt_metric, state_words, tally_counts
 from .table import text_table
 
 __all__ = ["SWEEP_MIME", "SweepReport", "sweep_bundle", "sweep_text", "sweep_html", "SweepView", "state_text",
@@ -20,7 +20,7 @@ __all__ = ["SWEEP_MIME", "SweepReport", "sweep_bundle", "sweep_text", "sweep_htm
 SWEEP_MIME: Final = "application/vnd.jupyter-torchdist.sweep+json"
 _MAX_METRICS: Final = 6   # metric columns the fallbacks show (the front end shows every one)
 BEST_MARK: Final = "\u2605"
-ENDED: Final = ("done", "pruned", "failed", "stopped")
+ENDED: Final = ("done", "stopped_early", "failed", "stopped")
 _FIGURES: Final = (("steps", "steps"), ("{} best", "metric_best"), ("{} last", "metric_last"))
 
 
@@ -54,10 +54,11 @@ def _progress(run: Mapping[str, Any]) -> str:
 
 
 def state_text(run: Mapping[str, Any]) -> str:
-    """``pruned @ 9`` (a pruned member says how far it got), ``done (past)`` for a member of an earlier kernel."""
+    """``stopped early @ 9`` (a member its rule stopped says how far it got), ``done (past)`` for a member of an
+    earlier kernel."""
     state = str(run.get("state") or "queued")
-    at = finite(run.get("pruned_at"))
-    text = f"{state} @ {int(at)}" if state == "pruned" and at is not None else state
+    at = finite(run.get("stopped_early_at"))
+    text = f"{state_words(state)} @ {int(at)}" if state == "stopped_early" and at is not None else state_words(state)
     return f"{text} (past)" if run.get("past") else text
 
 
@@ -103,13 +104,13 @@ def _about(snap: Mapping[str, Any]) -> str:
 
 
 def _notes(snap: Mapping[str, Any]) -> list[str]:
-    """The lines under the table: the best member, then why each failed, stopped or pruned member ended."""
+    """The lines under the table: the best member, then why each failed, stopped or stopped-early member ended."""
     runs = _runs(snap)
     metric = str(snap.get("metric") or "metric")
     best = [f"best: run {r.get('id')} ({r.get('label')}), {metric} {fmt_metric(r.get('metric_best'))}"
             for r in runs if _is_best(snap, r)]
     return best + [f"run {r.get('id')} ({r.get('label')}) {state_text(r)}: {r.get('error') or r.get('why')}"
-                   for r in runs if r.get("error") or (r.get("state") == "pruned" and r.get("why"))]
+                   for r in runs if r.get("error") or (r.get("state") == "stopped_early" and r.get("why"))]
 
 
 def _title(snap: Mapping[str, Any]) -> str:
@@ -130,7 +131,8 @@ def _counts(snap: Mapping[str, Any]) -> str:
 
 
 def _row_html(snap: Mapping[str, Any], run: Mapping[str, Any], cells: list[str]) -> str:
-    """A member's row: its state in its colour (the rule's reason as a tooltip of a pruned one), the best bold."""
+    """A member's row: its state in its colour (the rule's reason as a tooltip of one stopped early), the best
+    bold."""
     cells_html = [html.escape(c) for c in cells]
     tip = f" title='{html.escape(str(run['why']), quote=True)}'" if run.get("why") else ""
     cells_html[2] = f"<span style='color:{colour(_status_of(str(run.get('state'))))}'{tip}>{cells_html[2]}</span>"

@@ -17,7 +17,7 @@ from .style import fmt_metric, finite
 
 __all__ = ["effects_html", "PLOTTED", "MAX_PARAMS"]
 
-PLOTTED: Final = ("done", "pruned")   # members whose best metric is a result (a failed one's is not)
+PLOTTED: Final = ("done", "stopped_early")   # members whose best metric is a result (a failed one's is not)
 MAX_PARAMS: Final = 12                # scatters drawn at most (a sweep of more parameters shows the first ones)
 _SIZE: Final = (260, 150)
 _BOTTOM: Final = 32                   # room under the plot for the tick labels and the axis name
@@ -58,18 +58,18 @@ def _axis(name: str, declared: Any, values: Sequence[Any]) -> _Axis:
 
 
 def _dot(s: Scale, x: float, y: float, run: Mapping[str, Any], best: bool, tip: str) -> str:
-    """A member's point: filled when it finished, hollow when pruned, larger and orange for the best."""
+    """A member's point: filled when it finished, hollow when stopped early, larger and orange for the best."""
     colour, r = (_BEST, 4.5) if best else (_DOT, 3.0)
-    paint = (f'fill="none" stroke="{colour}" stroke-width="1.4"' if run.get("state") == "pruned"
+    paint = (f'fill="none" stroke="{colour}" stroke-width="1.4"' if run.get("state") == "stopped_early"
              else f'fill="{colour}" fill-opacity="0.85"')
     return (f'<circle cx="{s.x(x):.1f}" cy="{s.y(y):.1f}" r="{r}" {paint} data-state="'
             f'{html.escape(str(run.get("state")))}"><title>{html.escape(tip)}</title></circle>')
 
 
 def _tip(run: Mapping[str, Any], metric: str, y: float) -> str:
-    at = finite(run.get("pruned_at"))
+    at = finite(run.get("stopped_early_at"))
     return (f"run {run.get('id')}: {run.get('label', '')}, {metric} {fmt_metric(y)}"
-            + (f" (pruned @ {int(at)})" if at is not None else ""))
+            + (f" (stopped early @ {int(at)})" if at is not None else ""))
 
 
 def _scatter(name: str, declared: Any, members: list[tuple[Mapping[str, Any], float]], best_id: Any,
@@ -87,7 +87,7 @@ def _scatter(name: str, declared: Any, members: list[tuple[Mapping[str, Any], fl
 
 
 def _members(snap: Mapping[str, Any]) -> list[tuple[Mapping[str, Any], float]]:
-    """The finished and pruned members with a metric: (row, its best metric)."""
+    """The finished and stopped-early members with a metric: (row, its best metric)."""
     out = []
     for run in snap.get("runs") or []:
         if isinstance(run, Mapping) and run.get("state") in PLOTTED:
@@ -121,7 +121,8 @@ def effects_html(snap: Mapping[str, Any]) -> str:
     if not any(charts):
         return ""
     mode = {"min": "lower is better", "max": "higher is better"}.get(str(snap.get("mode")), "")
-    note = f"best {metric} of each finished member{f' ({mode})' if mode else ''}; hollow: pruned; orange: the best"
+    note = (f"best {metric} of each finished member{f' ({mode})' if mode else ''}; hollow: stopped early; "
+            "orange: the best")
     return (f"<div class='jp-TorchDist-effects' style='margin-top:8px'><div><b>parameter effect</b> "
             f"<span style='color:#888;font-size:12px'>{html.escape(note)}</span></div>"
             f"<div style='display:flex;flex-wrap:wrap;gap:10px;align-items:flex-start'>{''.join(charts)}</div></div>")

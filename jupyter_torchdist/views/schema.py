@@ -192,8 +192,8 @@ class SweepRunSnapshot(TypedDict):
     id: int
     params: dict[str, Any]  # the combination (JSON values; anything else by its repr)
     label: str              # "lr=0.1, batch=32"
-    state: str              # queued, running, done, failed, stopped, or pruned (stopped early by the sweep's
-                            # rule: an expected outcome, not a failure)
+    state: str              # queued, running, done, failed, stopped, or stopped_early (by the sweep's
+                            # early-stopping rule: an expected outcome, not a failure)
     step: int | None
     total: int | None
     rate: float | None
@@ -202,7 +202,7 @@ class SweepRunSnapshot(TypedDict):
     loss: list[list[float]]  # [step, loss] pairs, thinned to at most a few hundred
     value_repr: str | None
     error: str | None       # a failed or stopped run: why
-    pruned_at: int | None   # a pruned member: the step it was stopped at
+    stopped_early_at: int | None  # a member stopped early: the step its rule stopped it at
     why: str | None         # ... and the rule's reason, a sentence ("loss 0.91 is in the worst half at step 9")
     steps: int | None       # the highest step it reported
     metric_best: float | None  # the sweep's metric (SweepSnapshot.metric): its best value by the sweep's mode ...
@@ -219,12 +219,12 @@ class SweepSnapshot(TypedDict):
     status: str             # running, then succeeded, failed (some run failed) or stopped
     elapsed_s: float
     concurrent: int | None  # runs at once (None: not yet known)
-    counts: dict[str, int]  # runs by state (pruned among them)
+    counts: dict[str, int]  # runs by state (stopped_early among them)
     runs: list[SweepRunSnapshot]
     metric: str             # what the sweep judges its members by ("loss")
     mode: str               # "min" or "max": which way is better
     search: str             # how members are picked: "grid", "random" or "optuna"
-    early_stop: str         # the rule that prunes members: "asha", "median" or "none"
+    early_stop: str         # the rule that stops members early: "asha", "median" or "none"
     trials: int             # members planned in all (runs holds those picked so far)
     best_id: int | None     # the row id of the best finished member (None: none finished yet)
     scales: dict[str, str]  # per parameter name: "log", "linear" or "category" (how its effect is plotted)

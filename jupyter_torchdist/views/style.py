@@ -13,7 +13,7 @@ from .schema import LOSS_KEYS
 
 __all__ = ["ECHOES_FROM", "tally_counts", "ROLE_COLOURS", "STATE_ROLES", "colour", "status_label", "KIND_LABELS",
            "DASH", "clip", "clip_tail", "finite", "duration", "fmt_metric", "rate", "progress", "exit_text",
-           "ordered_metrics", "metrics_text", "where", "tally"]
+           "ordered_metrics", "metrics_text", "where", "tally", "state_words"]
 
 ROLE_COLOURS: Final = {"ok": "#388e3c", "bad": "#d32f2f", "warn": "#f57c00", "info": "#1976d2", "idle": "#9e9e9e"}
 STATE_ROLES: Final = {
@@ -22,9 +22,9 @@ STATE_ROLES: Final = {
     "running": "info", "starting": "info", "stopping": "info", "queued": "idle",
     # rank states (failed, running, starting as above)
     "done": "ok", "stopped": "warn", "pending": "idle",
-    # sweep members (queued, running, done, failed, stopped as above): "pruned" was stopped early by the sweep's
+    # sweep members (queued, running, done, failed, stopped as above): "stopped_early" by the sweep's early-stopping
     # rule, an expected outcome rather than a fault, so it reads muted like idle, never like failed or stopped
-    "pruned": "idle",
+    "stopped_early": "idle",
 }
 _STATUS_LABELS: Final = {"timeout": "timed out"}
 KIND_LABELS: Final = {
@@ -32,7 +32,7 @@ KIND_LABELS: Final = {
     "lost": "lost by the launcher", "launch": "failed to launch",
 }
 DASH: Final = "\u2014"
-_STATE_ORDER: Final = ("running", "starting", "pending", "queued", "done", "pruned", "stopped", "failed")
+_STATE_ORDER: Final = ("running", "starting", "pending", "queued", "done", "stopped_early", "stopped", "failed")
 
 
 def colour(state: str) -> str:
@@ -148,6 +148,11 @@ def tally(ranks: Iterable[Mapping[str, Any]]) -> str:
 
 
 def tally_counts(counts: Mapping[str, int]) -> str:
-    """``1,020 running, 3 done, 1 failed``: counts by state, the states in their usual order."""
+    """``1,020 running, 3 done, 2 stopped early, 1 failed``: counts by state, the states in their usual order."""
     keys = [k for k in _STATE_ORDER if counts.get(k)] + [k for k in counts if k not in _STATE_ORDER and counts[k]]
-    return ", ".join(f"{counts[k]:,} {k}" for k in keys)
+    return ", ".join(f"{counts[k]:,} {state_words(k)}" for k in keys)
+
+
+def state_words(state: str) -> str:
+    """A state as the views say it: ``stopped_early`` reads ``stopped early``."""
+    return state.replace("_", " ")

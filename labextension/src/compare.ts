@@ -1,12 +1,12 @@
 /**
  * A sweep's comparison view (`jupyter_torchdist/views/compare.py`): a row per run with its progress, every
  * run's loss on one chart, a table sortable by any column, and the failed runs named; for a search, what it
- * searches and judges by, the best member marked, pruned members with their step (the rule's reason as the
+ * searches and judges by, the best member marked, members stopped early with their step (the rule's reason as the
  * tooltip), and each parameter's effect (`effects.ts`). Pure: a sweep snapshot and the sort in, a detached
  * element out; `compare_view.ts` patches it into the page, live or saved.
  */
 import { cleanPoints, colourOf, lossChart } from './chart';
-import { BEST_MARK, headerOf, isBest, stateText } from './compare_header';
+import { BEST_MARK, headerOf, inTodaysWords, isBest, stateText } from './compare_header';
 import { el, isObject, token } from './dom';
 import { effectsPanel } from './effects';
 import { clip, DASH, duration, metric, num, rate, str } from './format';
@@ -27,7 +27,14 @@ interface IColumn {
   cell: (r: ISweepRun, live: boolean) => HTMLElement;
 }
 
-const STATE_RANK: Record<string, number> = { running: 0, queued: 1, done: 2, pruned: 3, stopped: 4, failed: 5 };
+const STATE_RANK: Record<string, number> = {
+  running: 0,
+  queued: 1,
+  done: 2,
+  stopped_early: 3,
+  stopped: 4,
+  failed: 5
+};
 /** The member columns a search adds, each shown only when some member has it (older snapshots have none). */
 const FIGURES: Array<[string, 'steps' | 'metric_best' | 'metric_last']> = [
   ['steps', 'steps'],
@@ -223,7 +230,7 @@ function failures(rows: ISweepRun[]): HTMLElement | null {
 
 /** The whole comparison view; `live` adds a Stop control to each run still going. */
 export function renderCompare(data: unknown, sort: ISort, live: boolean): HTMLElement {
-  const snap: ISweepSnapshot = isObject(data) ? (data as ISweepSnapshot) : {};
+  const snap: ISweepSnapshot = inTodaysWords(isObject(data) ? (data as ISweepSnapshot) : {});
   const rows = runs(snap);
   const root = el('div', `${P}-report ${P}-sweep${live ? ` ${P}-isLive` : ''}`);
   root.dataset.status = str(snap.status);

@@ -10,14 +10,40 @@ import { ISweepRun, ISweepSnapshot } from './types';
 
 export const BEST_MARK = '\u2605';
 /** Members that will not move again (the "k" of "k of N members ended"). */
-const ENDED = ['done', 'pruned', 'failed', 'stopped'];
+const ENDED = ['done', 'stopped_early', 'failed', 'stopped'];
+/** What a saved report of an earlier release called a member its early-stopping rule stopped. */
+const EARLIER: Record<string, string> = { pruned: 'stopped_early' };
 
-/** `pruned @ 9` (a pruned member says how far it got), `done (past)` for a member of an earlier kernel. */
+/** A state as the view says it: `stopped_early` reads `stopped early`. */
+export function stateWords(state: string): string {
+  return state.replace(/_/g, ' ');
+}
+
+/** `stopped early @ 9` (a member its rule stopped says how far it got), `done (past)` for an earlier kernel's. */
 export function stateText(r: ISweepRun): string {
   const state = str(r.state) || 'queued';
-  const at = num(r.pruned_at);
-  const text = state === 'pruned' && at !== null ? `${state} @ ${at}` : state;
+  const at = num(r.stopped_early_at);
+  const text = state === 'stopped_early' && at !== null ? `${stateWords(state)} @ ${at}` : stateWords(state);
   return r.past === true ? `${text} (past)` : text;
+}
+
+/** A snapshot in today's words: an earlier release's saved report said `pruned` and `pruned_at`. */
+export function inTodaysWords(snap: ISweepSnapshot): ISweepSnapshot {
+  const rename = (state: string): string => EARLIER[state] ?? state;
+  const runs = Array.isArray(snap.runs)
+    ? snap.runs.map((r: ISweepRun): ISweepRun => {
+        if (!isObject(r)) {
+          return r;
+        }
+        const at = num(r.stopped_early_at) ?? num((r as Record<string, unknown>).pruned_at);
+        const state = typeof r.state === 'string' ? rename(r.state) : undefined;
+        return { ...r, state, stopped_early_at: at };
+      })
+    : snap.runs;
+  const counts = isObject(snap.counts)
+    ? Object.fromEntries(Object.entries(snap.counts).map(([k, n]) => [rename(k), n]))
+    : snap.counts;
+  return { ...snap, runs, counts };
 }
 
 export function isBest(snap: ISweepSnapshot, r: ISweepRun): boolean {
@@ -71,7 +97,10 @@ export function headerOf(snap: ISweepSnapshot, rows: ISweepRun[]): HTMLElement {
     const n = counts[state];
     if (num(n)) {
       const chip = el('span', `${P}-chip`);
-      chip.append(el('span', `${P}-dot ${P}-state-${token(state)}`), document.createTextNode(`${n} ${state}`));
+      chip.append(
+        el('span', `${P}-dot ${P}-state-${token(state)}`),
+        document.createTextNode(`${n} ${stateWords(state)}`)
+      );
       chips.appendChild(chip);
     }
   }

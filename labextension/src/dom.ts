@@ -26,7 +26,7 @@ export function isObject(value: unknown): value is Record<string, unknown> {
 }
 
 export function token(value: string): string {
-  return value.replace(/[^a-z]/g, '');
+  return value.replace(/[^a-z_]/g, '');
 }
 
 export function rankId(r: IRankSnapshot, index: number): number {

@@ -1,7 +1,7 @@
 /**
  * A sweep's parameter effect in the comparison view (`jupyter_torchdist/views/effects.py` draws the same for the
- * saved report): per parameter, each finished member's metric against that parameter's value, pruned members
- * hollow and the best one orange, and the best metric so far over the members. Drawn with `chart.ts`'s scale,
+ * saved report): per parameter, each finished member's metric against that parameter's value, members stopped
+ * early hollow and the best one orange, and the best metric so far over the members. Drawn with `chart.ts`'s scale,
  * axis and curve so every chart of the view reads alike. Pure; snapshot text goes in as textContent only.
  */
 import { chartRoot, cleanPoints, curve, IScale, label, PALETTE, scaleFor, svg } from './chart';
@@ -11,7 +11,7 @@ import { P } from './model';
 import { ISweepRun, ISweepSnapshot } from './types';
 
 /** Members whose best metric is a result (a failed one's is not). */
-const PLOTTED = ['done', 'pruned'];
+const PLOTTED = ['done', 'stopped_early'];
 const MAX_PARAMS = 12;
 const SIZE: [number, number] = [260, 150];
 const BOTTOM = 32; // room under the plot for the tick labels and the axis name
@@ -63,19 +63,19 @@ function axisOf(name: string, declared: unknown, values: unknown[]): IAxis {
   return { xs, range: [lo - pad, hi + pad], ticks, title: kind === 'log' ? `${name} (log)` : name };
 }
 
-/** A member's point: filled when it finished, hollow when pruned, larger and orange for the best. */
+/** A member's point: filled when it finished, hollow when stopped early, larger and orange for the best. */
 function dot(r: ISweepRun, x: number, y: number, best: boolean, metricName: string, s: IScale): SVGElement {
   const colour = best ? PALETTE[1] : PALETTE[0];
-  const pruned = str(r.state) === 'pruned';
-  const paint: Record<string, string | number> = pruned
+  const early = str(r.state) === 'stopped_early';
+  const paint: Record<string, string | number> = early
     ? { fill: 'none', stroke: colour, 'stroke-width': 1.4 }
     : { fill: colour, 'fill-opacity': 0.85 };
   const node = svg('circle', { cx: s.sx(x), cy: s.sy(y), r: best ? 4.5 : 3, ...paint });
   node.dataset.state = str(r.state);
-  const at = num(r.pruned_at);
+  const at = num(r.stopped_early_at);
   const title = svg('title', {});
   title.textContent =
-    `run ${str(r.id)}: ${str(r.label)}, ${metricName} ${metric(y)}` + (at !== null ? ` (pruned @ ${at})` : '');
+    `run ${str(r.id)}: ${str(r.label)}, ${metricName} ${metric(y)}` + (at !== null ? ` (stopped early @ ${at})` : '');
   node.appendChild(title);
   return node;
 }
@@ -118,7 +118,7 @@ function bestSoFar(snap: ISweepSnapshot): HTMLElement | null {
   return box;
 }
 
-/** The finished and pruned members with a metric: [row, its best metric]. */
+/** The finished and stopped-early members with a metric: [row, its best metric]. */
 function plotted(rows: ISweepRun[]): Array<[ISweepRun, number]> {
   const out: Array<[ISweepRun, number]> = [];
   for (const r of rows) {
@@ -154,7 +154,7 @@ export function effectsPanel(snap: ISweepSnapshot, rows: ISweepRun[]): HTMLEleme
   box.dataset.k = 'effects';
   box.appendChild(el('div', `${P}-panelTitle`, 'parameter effect'));
   box.appendChild(
-    el('div', `${P}-effectCaption`, `best ${metricName} of each finished member${mode}; hollow: pruned; orange: the best`)
+    el('div', `${P}-effectCaption`, `best ${metricName} of each finished member${mode}; hollow: stopped early; orange: the best`)
   );
   const wrap = el('div', `${P}-effectCharts`);
   charts.forEach(c => wrap.appendChild(c));

@@ -26,7 +26,7 @@ export const KIND_LABEL: Record<string, string> = {
 export const LOSS_KEYS = ['loss', 'train_loss', 'training_loss'];
 
 /** Rank (and sweep member) states in the order the summary counts them (`views/style.py` has the same). */
-export const STATE_ORDER = ['running', 'starting', 'pending', 'queued', 'done', 'pruned', 'stopped', 'failed'];
+export const STATE_ORDER = ['running', 'starting', 'pending', 'queued', 'done', 'stopped_early', 'stopped', 'failed'];
 
 /** Run statuses during which a Stop control makes sense. */
 export const IN_FLIGHT = ['queued', 'starting', 'running', 'stopping'];

@@ -56,7 +56,7 @@ export interface IServerSettingsLike {
   init?: RequestInit;
 }
 
-export const ENDED = ['done', 'failed', 'stopped', 'pruned', 'lost'];
+export const ENDED = ['done', 'failed', 'stopped', 'stopped_early', 'lost'];
 
 export function isGoing(entry: IRunEntry): boolean {
   return !ENDED.includes(entry.state);

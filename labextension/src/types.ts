@@ -218,8 +218,8 @@ export interface ISweepRun {
   loss?: Array<[number, number]>;
   value_repr?: string | null;
   error?: string | null;
-  /** A pruned member (`state` "pruned": stopped early by the sweep's rule, not a failure): the step it stopped at... */
-  pruned_at?: number | null;
+  /** A member `state` "stopped_early" (by the sweep's early-stopping rule, not a failure): the step it stopped at... */
+  stopped_early_at?: number | null;
   /** ... and the rule's reason, a sentence. */
   why?: string | null;
   /** The highest step it reported. */
@@ -244,7 +244,7 @@ export interface ISweepSnapshot {
   /** What the sweep judges members by ("loss"), and which way is better: "min" or "max". */
   metric?: string;
   mode?: string;
-  /** How members are picked: "grid", "random" or "optuna"; the rule that prunes them: "asha", "median", "none". */
+  /** How members are picked: "grid", "random" or "optuna"; the rule that stops them early: "asha", "median", "none". */
   search?: string;
   early_stop?: string;
   /** Members planned in all (`runs` holds those picked so far). */

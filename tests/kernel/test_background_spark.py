@@ -87,7 +87,8 @@ def test_a_sweep_of_six_runs_two_at_a_time_with_one_comparison_view_and_a_table(
     reports = [m["content"]["data"][SWEEP_MIME] for m in seen if m["msg_type"] == "update_display_data"
                and SWEEP_MIME in m["content"]["data"]]
     assert reports and reports[-1]["status"] == "failed" and len(reports[-1]["runs"]) == 6
-    assert reports[-1]["counts"] == {"queued": 0, "running": 0, "done": 5, "failed": 1, "stopped": 0, "pruned": 0}
+    assert reports[-1]["counts"] == {"queued": 0, "running": 0, "done": 5, "failed": 1, "stopped": 0,
+                                     "stopped_early": 0}
     assert all(len(run["loss"]) == 10 for run in reports[-1]["runs"] if run["state"] == "done")
     at_once = _text(kernel, "runs = s.runs\nprint(max(sum(1 for o in runs if o.started_at <= r.started_at < o.ended_at)"
                             " for r in runs))")

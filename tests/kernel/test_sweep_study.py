@@ -1,6 +1,7 @@
 """A search through the magic in real kernels: a space with a distribution, --trials and --study; the kernel killed
 while a member trains; the same cell in a new kernel goes on where the search stopped (finished members kept, not
-run again; the member that was training run again), and a distribution that does not parse starts nothing."""
+run again; the member that was training run again from its last jt.commit), and a distribution that does not parse
+starts nothing."""
 from __future__ import annotations
 
 import json
@@ -13,9 +14,13 @@ from ..support.procs import descendants_of
 CELL = ("%%distribute -n 2 --local --sweep \"lr=loguniform(1e-3, 1.0); width=[4, 8]\" --trials 4 --seed 3 "
         "--concurrent 1 --study {study}\n") + """import os, time
 from pathlib import Path
-Path({marks!r}, f"{{lr}}-{{os.getpid()}}").touch()
-for step in range(1, 4):
+state = {{"step": 0}}
+start = jupyter_torchdist.restore(state=state)
+Path({marks!r}, f"{{lr}}-{{os.getpid()}}-{{start}}").touch()
+for step in range(start + 1, 4):
+    state["step"] = step
     jupyter_torchdist.report(step=step, loss=lr / step)
+    jupyter_torchdist.commit(step, state=state)
     time.sleep({nap})
 """
 
@@ -38,8 +43,9 @@ def test_a_study_goes_on_in_a_new_kernel_where_the_search_stopped(tmp_path):
         r = first.execute(CELL.format(study=study, marks=str(marks), nap=1.0))
         assert r["status"] == "ok", first.text(r)
         deadline = time.time() + 120
-        while _done(first) < 2 or len(_lrs(marks)) < 3:
-            assert time.time() < deadline, "two members did not finish, and a third start, in 120 s"
+        third = tmp_path / "search-commits" / "member-3"   # each member commits to a folder of its own
+        while _done(first) < 2 or len(_lrs(marks)) < 3 or not list(third.glob("commit-*")):
+            assert time.time() < deadline, "two members did not finish, and a third commit, in 120 s"
             time.sleep(0.2)
         pid = first.pid
     finally:
@@ -64,7 +70,9 @@ def test_a_study_goes_on_in_a_new_kernel_where_the_search_stopped(tmp_path):
         runs_per_lr[lr] = runs_per_lr.get(lr, 0) + 1
     assert all(runs_per_lr[repr(lr)] == 2 for lr in kept), (runs_per_lr, kept)   # 2 ranks, one run each
     again = training - {repr(lr) for lr in kept}
-    assert len(again) == 1 and runs_per_lr[again.pop()] == 4, runs_per_lr   # the one training: run again
+    assert len(again) == 1 and runs_per_lr[next(iter(again))] == 4, runs_per_lr   # the one training: run again ...
+    starts = sorted(int(p.name.split("-")[-1]) for p in marks.iterdir() if p.name.split("-")[0] in again)
+    assert starts[:2] == [0, 0] and starts[2] == starts[3] >= 1, starts   # ... from its last commit
 
 
 def test_a_distribution_that_does_not_parse_starts_nothing_and_says_where():

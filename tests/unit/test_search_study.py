@@ -1,17 +1,18 @@
-"""Where a sweep's members come from (kernel/sweeps/search.py) and how a study is kept (kernel/sweeps/study.py):
-draws that a seed repeats, a grid sampled without repeats, Optuna's ask-and-tell with lists of any values, a study
-file that keeps tuples as tuples and refuses another sweep's file; the search options'
-checks (core/search_options.py)."""
+"""Where a sweep's members come from (kernel/sweeps/search.py): one seeded order that more trials only extend (a
+shuffled grid taken as a prefix, a stream of its own per draw), Optuna's ask-and-tell told each member's curve (a
+stopped member's included) with a sampler that keeps members asked at once apart, and a study file two live kernels
+share without failing each other's trials; the search options' checks (core/search_options.py)."""
 from __future__ import annotations
+
+import sqlite3
 
 import pytest
 
-from jupyter_torchdist.core.errors import LaunchError, OptionsError
+from jupyter_torchdist.core.errors import OptionsError
 from jupyter_torchdist.core.options import RunOptions, parse_options
 from jupyter_torchdist.core.space import check_space, choice, loguniform
-from jupyter_torchdist.kernel.sweeps.search import make_search
-from jupyter_torchdist.kernel.sweeps.study import Member, open_study
 from jupyter_torchdist.kernel.sweeps.comparison import SweepFacts, scales
+from jupyter_torchdist.kernel.sweeps.search import draws, make_search
 
 
 def _all(search):
@@ -21,55 +22,78 @@ def _all(search):
     return out
 
 
-def test_a_random_search_repeats_with_its_seed_and_a_resumed_one_skips_what_was_drawn():
+def _resumed(space, kind, trials, seed, drawn, path=None):
+    search = make_search(space, kind, trials, seed, "min", path)
+    search.skip(drawn)
+    return search
+
+
+def test_a_random_search_resumed_with_more_trials_runs_each_combination_once():
+    """The issue's case: a 10 x 10 grid, seed 198, 8 trials then 30 (random.sample repeated (9, 5) and never ran
+    (9, 6): its draws depend on how many are asked)."""
+    grid = check_space({"a": list(range(10)), "b": list(range(10))})
+    first = _all(make_search(grid, "random", 8, 198, "min", None))
+    more = _all(_resumed(grid, "random", 30, 198, drawn=8))
+    every = first + more
+    assert len(every) == 30 and len({(p["a"], p["b"]) for p in every}) == 30
+    assert every == _all(make_search(grid, "random", 30, 198, "min", None)), "8 then 30 is 30 at once"
+
+
+def test_draws_from_distributions_are_a_prefix_whatever_the_trials_and_a_grid_repeats_only_after_all():
     space = check_space({"lr": loguniform(1e-4, 1.0), "opt": choice("adam", "sgd"), "batch": [32, 64]})
-    first, again = make_search(space, "random", 5, 3, "min", None), make_search(space, "random", 5, 3, "min", None)
-    drawn = _all(first)
-    assert drawn == _all(again) and len(drawn) == 5 and first.eager and first.planned == 5
-    resumed = make_search(space, "random", 5, 3, "min", None)
-    resumed.skip(2)
-    assert _all(resumed) == drawn[2:]
-    assert _all(make_search(space, "random", 5, 4, "min", None)) != drawn
+    five = _all(make_search(space, "random", 5, 3, "min", None))
+    assert five == _all(make_search(space, "random", 9, 3, "min", None))[:5] == _all(_resumed(space, "random", 9, 3,
+                                                                                                0))[:5]
+    assert _all(_resumed(space, "random", 5, 3, drawn=2)) == five[2:]
+    assert _all(make_search(space, "random", 5, 4, "min", None)) != five
+    small = check_space({"lr": [0.1, 0.01, 0.001], "batch": [32, 64]})
+    order = draws(small, 0)
+    twice = [tuple(next(order).values()) for _ in range(12)]
+    assert len(set(twice[:6])) == 6 and set(twice[6:]) == set(twice[:6]), "every combination before any repeats"
+    assert len(_all(make_search(small, "grid", None, None, "min", None))) == 6
 
 
-def test_a_random_search_over_a_grid_draws_distinct_combinations_while_there_are_enough():
-    space = check_space({"lr": [0.1, 0.01, 0.001], "batch": [32, 64]})
-    drawn = _all(make_search(space, "random", 6, 0, "min", None))
-    assert sorted(map(str, drawn)) == sorted({str(p) for p in drawn}) and len(drawn) == 6
-    assert len(_all(make_search(space, "grid", None, None, "min", None))) == 6
-
-
-def test_optunas_search_asks_for_lists_of_any_values_and_learns_from_what_it_is_told():
+def test_optuna_is_told_every_members_curve_and_its_end_a_stopped_one_scored_by_its_last_value():
     pytest.importorskip("optuna")
     space = check_space({"lr": loguniform(1e-4, 1.0), "shape": [(8, 8), (16,)]})
     search = make_search(space, "optuna", 3, 0, "min", None)
-    assert not search.eager and search.planned == 3
+    assert not search.eager and search.planned == 3 and search.study.sampler._constant_liar
     asks = [search.ask() for _ in range(3)]
     assert search.ask() is None and all(a.params["shape"] in ((8, 8), (16,)) for a in asks)
-    search.tell(asks[0].token, "done", 0.5)
-    search.tell(asks[1].token, "pruned", None)
+    search.report(asks[0].token, [(1, 0.9), (3, 0.5)])
+    search.report(asks[0].token, [(3, 0.4), (5, 0.3)])   # a step told again is told once
+    search.report(asks[1].token, [(3, 0.8)])
+    search.tell(asks[0].token, "done", 0.25)
+    search.tell(asks[1].token, "stopped_early", None)
     search.tell(asks[2].token, "failed", None)
-    assert [t.state.name for t in search.study.trials] == ["COMPLETE", "PRUNED", "FAIL"]
+    trials = search.study.trials
+    assert [t.state.name for t in trials] == ["COMPLETE", "PRUNED", "FAIL"]
+    assert trials[0].intermediate_values == {1: 0.9, 3: 0.5, 5: 0.3} and trials[1].intermediate_values == {3: 0.8}
+    assert trials[1].value == 0.8, "Optuna scores a pruned trial by its last reported value"
     again = search.again(asks[0].params)
     assert again.params == asks[0].params and search.study.trials[-1].params["lr"] == asks[0].params["lr"]
 
 
-def test_a_study_keeps_its_members_as_they_were_and_refuses_another_sweeps_file(tmp_path):
-    path = str(tmp_path / "s.db")
-    store = open_study(path, {"space": "lr=[1, 2]", "search": "grid"})
-    member = Member(1, {"shape": (8, 8), "lr": 0.1}, state="pruned", steps=9, best=0.2, last=0.3, pruned_at=9,
-                    why="ASHA at step 9", curve=[[1.0, 0.5], [9.0, 0.3]])
-    store.save(member)
-    store.save(Member(2, {"shape": (16,), "lr": 0.2}))
-    store.close()
-    store = open_study(path, {"space": "lr=[1, 2]", "search": "grid"})
-    kept = store.members()
-    assert kept[0] == member and kept[0].params["shape"] == (8, 8) and kept[1].state == "queued"
-    store.close()
-    with pytest.raises(LaunchError, match=r"made by another sweep \(search: 'grid' there, 'random' here\)"):
-        open_study(path, {"space": "lr=[1, 2]", "search": "random"})
-    with pytest.raises(LaunchError, match="does not exist"):
-        open_study(str(tmp_path / "no" / "s.db"), {})
+def test_a_study_file_two_live_kernels_share_keeps_each_ones_running_trials(tmp_path):
+    pytest.importorskip("optuna")
+    space, path = check_space({"lr": loguniform(1e-4, 1.0)}), str(tmp_path / "o.db")
+    first = make_search(space, "optuna", 4, 0, "min", path)
+    asks = [first.ask() for _ in range(3)]
+    first.tell(asks[0].token, "done", 0.3)
+    first.beat()   # the first kernel is alive: its two running trials beat
+    second = _resumed(space, "optuna", 4, 0, drawn=3, path=path)
+    assert [t.state.name for t in second.study.trials] == ["COMPLETE", "RUNNING", "RUNNING"]
+    new = second.ask()
+    assert new is not None and second.ask() is None
+    assert new.params["lr"] not in {a.params["lr"] for a in asks}, "the seed drew the first members again"
+    first.tell(asks[1].token, "done", 0.2)   # the first kernel goes on telling its own trials
+    with sqlite3.connect(path) as db:   # the first kernel's process died a minute ago: its heartbeat is old
+        db.execute("UPDATE trial_heartbeats SET heartbeat = datetime(heartbeat, '-1 hour')")
+    third = _resumed(space, "optuna", 5, 0, drawn=4, path=path)
+    states = [t.state.name for t in third.study.trials]
+    assert states == ["COMPLETE", "COMPLETE", "FAIL", "RUNNING"], "only the trial whose heartbeat stopped is failed"
+    rerun = third.again(asks[2].params, asks[2].token)
+    assert rerun.params == asks[2].params and third.study.trials[-1].state.name == "RUNNING"
 
 
 def test_the_views_axes_follow_the_space():
@@ -84,8 +108,13 @@ def test_the_views_axes_follow_the_space():
     ('--sweep "lr=uniform(0, 1)" --search grid --trials 2', "--search grid runs every combination of lists"),
     ("--trials 3", "use them with --sweep"),
     ("--early-stop asha", "use them with --sweep"),
+    ("--max-steps 30", "--max-steps shape a sweep's search: use them with --sweep"),
     ('--sweep "lr=[1, 2]" --grace 0', "--grace must be a whole number of steps >= 1"),
     ('--sweep "lr=[1, 2]" --early-stop hyperband', "invalid choice"),
+    ('--sweep "lr=[1, 2]" --early-stop asha --reduction-factor 1', "--reduction-factor must be a whole number >= 2"),
+    ('--sweep "lr=[1, 2]" --early-stop median --reduction-factor 3', "add --early-stop asha"),
+    ('--sweep "lr=[1, 2]" --early-stop asha --grace 10 --max-steps 10', "--max-steps 10 is not past --grace 10"),
+    ('--sweep "lr=[1, 2]" --max-steps 10', "use it with --early-stop asha or median"),
 ])
 def test_search_options_that_do_not_fit_say_what_to_write(line, says):
     with pytest.raises(OptionsError, match=says):
@@ -94,25 +123,12 @@ def test_search_options_that_do_not_fit_say_what_to_write(line, says):
 
 def test_search_options_parse_into_the_run_options():
     o = parse_options('-n 2 --sweep "lr=loguniform(1e-4, 1e-1); b=[1, 2]" --trials 8 --seed 1 --metric acc '
-                      '--mode max --early-stop median --grace 5 --metric-reduce mean --study s.db')
-    assert (o.trials, o.seed, o.metric, o.mode, o.early_stop, o.grace, o.metric_reduce, o.study) == \
-        (8, 1, "acc", "max", "median", 5, "mean", "s.db")
-    assert RunOptions(sweep=o.sweep, trials=2).search is None
-
-
-def test_optunas_study_in_a_file_goes_on_with_new_draws_and_forgets_trials_a_dead_kernel_left_running(tmp_path):
-    pytest.importorskip("optuna")
-    space, path = check_space({"lr": loguniform(1e-4, 1.0)}), str(tmp_path / "o.db")
-    first = make_search(space, "optuna", 4, 0, "min", path)
-    asks = [first.ask() for _ in range(3)]
-    first.tell(asks[0].token, "done", 0.3)
-    first.tell(asks[1].token, "done", 0.2)   # the third is still running when its kernel dies
-    resumed = make_search(space, "optuna", 4, 0, "min", path)
-    resumed.skip(3)
-    assert [t.state.name for t in resumed.study.trials] == ["COMPLETE", "COMPLETE", "FAIL"]
-    again, new = resumed.again(asks[2].params), resumed.ask()
-    assert again.params == asks[2].params and resumed.ask() is None
-    assert new.params["lr"] not in {a.params["lr"] for a in asks}, "the seed drew the first members again"
+                      '--mode max --early-stop asha --grace 5 --reduction-factor 3 --max-steps 90 '
+                      '--metric-reduce mean --study s.db')
+    assert (o.trials, o.seed, o.metric, o.mode, o.early_stop, o.grace, o.reduction_factor, o.max_steps,
+            o.metric_reduce, o.study) == (8, 1, "acc", "max", "asha", 5, 3, 90, "mean", "s.db")
+    plain = RunOptions(sweep=o.sweep, trials=2)
+    assert plain.search is None and plain.reduction_factor is None and plain.max_steps is None
 
 
 def test_an_optuna_search_without_optuna_installed_says_the_pip_line_before_anything_starts(monkeypatch):

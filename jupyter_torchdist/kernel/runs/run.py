@@ -1,7 +1,8 @@
 """A run of this kernel, as the handle the notebook holds (``jupyter_torchdist.Run``), and ``runs()``'s table.
 
 A foreground ``%%distribute`` cell, a ``--background`` one, ``run(..., background=True)`` and each run of a sweep get
-a ``Run``: its number, title and state (queued, running, done, failed, stopped; a sweep's member may be pruned), and
+a ``Run``: its number, title and state (queued, running, done, failed, stopped; a sweep's member may be
+stopped_early), and
 once it has ended its value or its error and its ``RunResult``. The handle is filled in by whoever drives the run
 (``scheduling.py``, ``launch.py``); the notebook waits on it, asks for its value or stops it, from any thread. It is a
 ``Handle`` (``kernel/handle.py``), as a sweep is. The kernel's list of its runs is ``registry.py``.
@@ -17,7 +18,7 @@ from typing import Any, Final
 
 from ...core import contract as C
 from ...core.contract import Inbound
-from ...core.errors import MemberFailed, MemberPruned, RunInterrupted
+from ...core.errors import MemberFailed, MemberStoppedEarly, RunInterrupted
 from ...core.grid import describe
 from ...core.options import RunOptions
 from ...views.table import text_table
@@ -27,7 +28,7 @@ from .turns import turns
 
 __all__ = ["Run", "RunList", "ENDED"]
 
-ENDED: Final = ("done", "failed", "stopped", "pruned")
+ENDED: Final = ("done", "failed", "stopped", MemberStoppedEarly.state)
 
 
 class Run(Handle):
@@ -54,7 +55,7 @@ class Run(Handle):
         self._outcome: Any = None
         self._on_end = on_end   # the registry keeps the last ended run's result
         self._details: RunResult | None = None
-        self._ending: tuple[str, str] | None = None   # a sweep's own end for it: ("pruned" | "failed", why)
+        self._ending: tuple[str, str] | None = None   # a sweep's own end for it: ("stopped_early" | "failed", why)
         self.recorded: Callable[[], None] | None = None   # ends the run's record, once its outcome is set
         self.record_key: str | None = None   # its record's key (--track): each tracker's run is found by it
         self.driver: Callable[[], Any] | None = None   # a weak reference to what drives it (runs.scheduling's
@@ -63,7 +64,7 @@ class Run(Handle):
     # -- what the notebook asks ----------------------------------------------------------------------
     @property
     def state(self) -> str:
-        """queued, running, done, failed, stopped, or (a sweep's member its rule stopped early) pruned."""
+        """queued, running, done, failed, stopped, or (a sweep's member its rule stopped early) stopped_early."""
         return self._state
 
     @property
@@ -102,8 +103,9 @@ class Run(Handle):
         return True
 
     def end_early(self, state: str, why: str) -> bool:
-        """A sweep ends this member: every rank is stopped as by ``stop()``, and the run ends ``state`` ("pruned":
-        its rule stopped it; "failed": e.g. the metric its rule needs never came) with ``why`` as its error."""
+        """A sweep ends this member: every rank is stopped as by ``stop()``, and the run ends ``state``
+        ("stopped_early": its rule stopped it; "failed": e.g. the metric its rule needs never came) with ``why`` as
+        its error."""
         with self._lock:
             if self._ending is None and not self._ended.is_set():
                 self._ending = (state, why)
@@ -138,12 +140,12 @@ class Run(Handle):
         with self._lock:
             if self._ending is not None and error is not None and _stopped(error):
                 state, why = self._ending
-                kind = MemberPruned if state == "pruned" else MemberFailed
-                error = kind(f"{state}: {why}", getattr(error, "failures", None), getattr(error, "world_size", 0),
-                             result=getattr(error, "result", None))
+                kind = MemberStoppedEarly if state == MemberStoppedEarly.state else MemberFailed
+                error = kind(f"{state.replace('_', ' ')}: {why}", getattr(error, "failures", None),
+                             getattr(error, "world_size", 0), result=getattr(error, "result", None))
             self._outcome, self._details, self._error = value, details, error
-            self._state = "done" if error is None else "pruned" if isinstance(error, MemberPruned) else \
-                "stopped" if _stopped(error) else "failed"
+            self._state = "done" if error is None else MemberStoppedEarly.state \
+                if isinstance(error, MemberStoppedEarly) else "stopped" if _stopped(error) else "failed"
             self.ended_at, self._inbox = time.time(), None
         if self._on_end is not None:
             self._on_end(self)

@@ -11,6 +11,7 @@ from typing import Any, Final, TypedDict
 
 from dataclasses import dataclass
 
+from ...core.errors import MemberStoppedEarly
 from ...core.grid import describe
 from ...core.space import IntRange, LogUniform, Space, Uniform
 from ...core.thinning import evenly
@@ -20,6 +21,7 @@ from .study import Member
 
 __all__ = ["SweepFacts", "sweep_snapshot", "results_rows", "best_member", "metric_of", "scales", "LOSS_POINTS"]
 
+STOPPED_EARLY: Final = MemberStoppedEarly.state
 LOSS_POINTS: Final = 200      # points of a run's loss curve in the comparison view (every run's on one chart)
 _SMALL_DICT: Final = 20       # a value that is a dict of at most this many scalars gets a column per key
 
@@ -89,7 +91,7 @@ def _past_row(m: Member, metric: str) -> SweepRunSnapshot:
 
 
 class _MemberFields(TypedDict):
-    pruned_at: int | None
+    stopped_early_at: int | None
     why: str | None
     steps: int | None
     metric_best: float | None
@@ -99,8 +101,10 @@ class _MemberFields(TypedDict):
 
 def _member_fields(m: Member | None, past: bool) -> _MemberFields:
     if m is None:
-        return {"pruned_at": None, "why": None, "steps": None, "metric_best": None, "metric_last": None, "past": past}
-    return {"pruned_at": m.pruned_at, "why": m.why if m.pruned_at is not None else None, "steps": m.steps,
+        return {"stopped_early_at": None, "why": None, "steps": None, "metric_best": None, "metric_last": None,
+                "past": past}
+    return {"stopped_early_at": m.stopped_early_at, "why": m.why if m.stopped_early_at is not None else None,
+            "steps": m.steps,
             "metric_best": _finite(m.best), "metric_last": _finite(m.last), "past": past}
 
 
@@ -196,7 +200,7 @@ def results_rows(runs: Sequence[Run], latest: Mapping[int, Mapping[str, Any]],
                  metric: str = "loss") -> list[dict[str, Any]]:
     """One row per member (an earlier kernel's first): its parameters, state, steps, the metric's best and last
     values, its value, last reported metrics (rank 0's), time, run number, and why it failed, stopped or was
-    pruned. ``METRIC_final`` is the figure the member finished with (``best()`` and the search use it)."""
+    stopped early. ``METRIC_final`` is the figure the member finished with (``best()`` and the search use it)."""
     rows = [_past_result(m, metric) for m in past]
     for run in runs:
         lead = _lead(latest.get(run.id))
@@ -207,7 +211,7 @@ def results_rows(runs: Sequence[Run], latest: Mapping[int, Mapping[str, Any]],
         row.update({k: v for k, v in (lead.get("metrics") or {}).items() if k not in row})
         row.update(_metric_columns(m, metric))
         row[f"{metric}_final"] = metric_of(row, metric) if run.state == "done" else \
-            (_finite(m.last) if m is not None and run.state == "pruned" else None)
+            (_finite(m.last) if m is not None and run.state == STOPPED_EARLY else None)
         secs = run.seconds()
         row["seconds"] = None if secs is None else round(secs, 3)
         row["run"] = run.id
@@ -218,7 +222,7 @@ def results_rows(runs: Sequence[Run], latest: Mapping[int, Mapping[str, Any]],
 
 def _why(run: Run, m: Member | None) -> str | None:
     """Why a member did not finish: the sweep's own reason in full (its rule's), else the run's headline."""
-    if run.state not in ("failed", "stopped", "pruned"):
+    if run.state not in ("failed", "stopped", STOPPED_EARLY):
         return None
     headline = str(getattr(run.error, "headline", "") or "")
     if m is not None and m.why and headline.endswith(m.why):
@@ -230,7 +234,7 @@ def _metric_columns(m: Member | None, metric: str) -> dict[str, Any]:
     if m is None:
         return {}
     return {"steps": m.steps, f"{metric}_best": _finite(m.best), f"{metric}_last": _finite(m.last),
-            "pruned_at": m.pruned_at}
+            "stopped_early_at": m.stopped_early_at}
 
 
 def _past_result(m: Member, metric: str) -> dict[str, Any]:
@@ -240,7 +244,7 @@ def _past_result(m: Member, metric: str) -> dict[str, Any]:
     row[f"{metric}_final"] = m.final
     row["seconds"] = None if m.seconds is None else round(m.seconds, 3)
     row["run"] = None
-    row["error"] = m.why if m.state in ("failed", "pruned") else None
+    row["error"] = m.why if m.state in ("failed", STOPPED_EARLY) else None
     return row
 
 

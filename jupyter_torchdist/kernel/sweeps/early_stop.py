@@ -1,13 +1,19 @@
-"""Early stopping for a sweep's members: which runs to stop because their metric is unpromising.
+"""Early stopping for a sweep's members (``--early-stop``): which members to stop because their metric is
+unpromising, by the rules as Ray Tune and Optuna define them.
 
-Pure rules (no I/O, no threads): the sweep feeds each member's metric as it reports it, ``observe`` says whether to
-stop that member now and why, in a sentence the results table shows. Two rules, as Ray Tune has them:
+Pure rules (no I/O, no threads): the judge feeds each member's metric as it reports it, ``observe`` says whether to
+stop that member now and why, in a sentence the results table shows. Two rules:
 
-* ``ASHA`` (asynchronous successive halving, Li et al. 2018): at rungs ``grace * reduction**k`` a member goes on
-  only if it is among the best ``1/reduction`` of those that reached the rung before it; no one waits for a full
-  rung, so a member is judged against whoever came earlier.
-* ``MedianRule`` (Golovin et al. 2017): stop a member whose best value is worse than the median of the other
-  members' running averages at the same step.
+* ``ASHA`` (asynchronous successive halving, Li et al. 2018; Ray's ``AsyncHyperBandScheduler``, Optuna's
+  ``SuccessiveHalvingPruner``): rungs at ``grace * reduction_factor**k``, below ``max_steps`` when it is known; at a
+  rung a member goes on only if it is among the best ``1/reduction_factor`` of those recorded there before it, so no
+  one waits for a rung to fill.
+* ``MedianRule`` (Golovin et al. 2017; Ray's ``MedianStoppingRule``): from ``grace`` on, stop a member whose best
+  value is worse than the median of the other members' running averages (from ``grace`` to the same step).
+
+No decision is made at or past ``max_steps`` (nor at a member's last step, ``final``): a member there has finished
+its steps, and stopping it would save nothing and call a finished member stopped. The names of the rules and of the
+metric reductions are ``core/search_options.py``'s one list each.
 
 Internally every value becomes a *key*, lower is better (``mode="max"`` negates), and a non-finite value (nan, inf)
 the worst key, ``inf``: a diverged run never looks good.
@@ -20,22 +26,21 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from ...core.errors import OptionsError
+from ...core.search_options import EARLY_STOPS, REDUCTION_FACTOR, REDUCTIONS, check_rule
 
-__all__ = ["Pruner", "ASHA", "MedianRule", "make_pruner", "reduce_ranks", "KINDS", "REDUCTIONS"]
+__all__ = ["StopRule", "ASHA", "MedianRule", "make_rule", "reduce_ranks", "asha_rungs"]
 
-KINDS = ("asha", "median", "none")
-REDUCTIONS = ("mean", "min", "max")
 _FRACTION = {2: "half", 3: "third", 4: "quarter", 5: "fifth", 10: "tenth"}
 _SHOWN_CHECKPOINTS = 5
 
 
-class Pruner(Protocol):
-    """What the sweep asks of an early-stopping rule."""
+class StopRule(Protocol):
+    """What the judge asks of an early-stopping rule."""
 
-    def observe(self, member: int, step: int, value: float) -> str | None:
+    def observe(self, member: int, step: int, value: float, final: bool = False) -> str | None:
         """Record member's metric `value` at `step` (steps of one member only grow; repeated or older steps are
         ignored). Returns why to stop it now (a sentence a user reads in the results table), or None to let it
-        go on."""
+        go on; never a reason when `final` (the member's last step)."""
         ...
 
     def checkpoints(self) -> tuple[int, ...]:
@@ -43,13 +48,21 @@ class Pruner(Protocol):
         ...
 
 
-def _check(mode: str, grace: int, reduction: int = 3, min_peers: int = 1) -> None:
-    """Refuse bad arguments up front, naming what to write instead: a rule that silently never stops is worse."""
-    if mode not in ("min", "max"):
-        raise OptionsError(f"mode {mode!r}: write 'min' (lower is better, e.g. loss) or 'max' (e.g. accuracy)")
-    for name, got, least in (("grace", grace, 1), ("reduction", reduction, 2), ("min_peers", min_peers, 1)):
-        if isinstance(got, bool) or not isinstance(got, int) or got < least:
-            raise OptionsError(f"{name} {got!r}: must be a whole number >= {least}")
+def asha_rungs(grace: int, reduction: int, max_steps: int | None, limit: int = _SHOWN_CHECKPOINTS) -> tuple[int, ...]:
+    """ASHA's rungs, ``grace * reduction**k``: every one below ``max_steps``, or the first ``limit`` when the members'
+    length is not known (Ray's rungs from ``grace_period``, ``reduction_factor`` and ``max_t``, the last rung below
+    ``max_t``: a member at its last step is not judged)."""
+    rungs: list[int] = []
+    rung = grace
+    while (rung < max_steps) if max_steps is not None else len(rungs) < limit:
+        rungs.append(rung)
+        rung *= reduction
+    return tuple(rungs)
+
+
+def _check_peers(min_peers: int) -> None:
+    if isinstance(min_peers, bool) or not isinstance(min_peers, int) or min_peers < 1:
+        raise OptionsError(f"min_peers {min_peers!r}: must be a whole number >= 1")
 
 
 def _key(value: float, mode: str) -> float:
@@ -74,10 +87,6 @@ def _quantile(keys: Sequence[float], q: float) -> float:
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
 
 
-def _median(keys: Sequence[float]) -> float:
-    return _quantile(keys, 0.5)
-
-
 def _show(value: float) -> str:
     return f"{value:.4g}"
 
@@ -86,41 +95,46 @@ class ASHA:
     """Asynchronous successive halving with one bracket (Ray Tune's AsyncHyperBandScheduler): a member judged at
     each rung against the values recorded there before it, so nobody waits for a rung to fill."""
 
-    def __init__(self, mode: str, grace: int, metric: str = "loss", reduction: int = 3) -> None:
-        _check(mode, grace, reduction)
+    def __init__(self, mode: str, grace: int, metric: str = "loss", reduction: int = REDUCTION_FACTOR,
+                 max_steps: int | None = None) -> None:
+        check_rule("asha", mode, grace, reduction, max_steps)
         self.mode, self.grace, self.metric, self.reduction = mode, grace, metric, reduction
-        self._rungs: dict[int, list[float]] = {}  # milestone -> keys recorded there
+        self.max_steps = max_steps
+        self._rungs: dict[int, list[float]] = {}  # rung -> keys recorded there
         self._last: dict[int, int] = {}  # member -> last step observed
-        self._judged: dict[int, set[int]] = {}  # member -> milestones it is recorded at
+        self._judged: dict[int, set[int]] = {}  # member -> rungs it is recorded at
         self._stopped: set[int] = set()
 
     def checkpoints(self) -> tuple[int, ...]:
-        """The rungs (unbounded): the first few."""
-        return tuple(self.grace * self.reduction**k for k in range(_SHOWN_CHECKPOINTS))
+        """The rungs (below --max-steps; without it, the first few)."""
+        return asha_rungs(self.grace, self.reduction, self.max_steps)
 
-    def _milestone(self, step: int) -> int | None:
-        """The highest rung at or below `step`: a member that skipped rungs is judged at the latest it passed."""
+    def _rung(self, step: int) -> int | None:
+        """The highest rung at or below `step` (below max_steps): a member that skipped rungs is judged at the
+        latest it passed."""
         if step < self.grace:
             return None
         rung = self.grace
-        while rung * self.reduction <= step:
+        while rung * self.reduction <= step and (self.max_steps is None or rung * self.reduction < self.max_steps):
             rung *= self.reduction
-        return rung
+        return rung if self.max_steps is None or rung < self.max_steps else None
 
-    def observe(self, member: int, step: int, value: float) -> str | None:
+    def observe(self, member: int, step: int, value: float, final: bool = False) -> str | None:
         """Judge `member` at the highest rung `step` passed that it is not yet recorded at, then record it there
-        (even when stopping it, so later members are judged against it too)."""
+        (even when stopping it, so later members are judged against it too). At or past max_steps, or at the
+        member's last step, the value is recorded and no one is stopped."""
         if member in self._stopped or step <= self._last.get(member, -math.inf):
             return None
         self._last[member] = step
-        rung = self._milestone(step)
+        rung = self._rung(step)
         judged = self._judged.setdefault(member, set())
         if rung is None or rung in judged:
             return None
         judged.add(rung)
         recorded = self._rungs.setdefault(rung, [])
         key = _key(value, self.mode)
-        reason = self._verdict(rung, step, value, key, recorded) if recorded else None
+        finished = final or (self.max_steps is not None and step >= self.max_steps)
+        reason = self._verdict(rung, step, value, key, recorded) if recorded and not finished else None
         recorded.append(key)
         if reason is not None:
             self._stopped.add(member)
@@ -144,71 +158,80 @@ class ASHA:
 
 class MedianRule:
     """The median stopping rule (Ray's MedianStoppingRule): a member whose best so far is worse than what its peers
-    typically had by the same step is unlikely to catch up."""
+    typically had from the grace period to the same step is unlikely to catch up."""
 
-    def __init__(self, mode: str, grace: int, metric: str = "loss", min_peers: int = 3) -> None:
-        _check(mode, grace, min_peers=min_peers)
+    def __init__(self, mode: str, grace: int, metric: str = "loss", min_peers: int = 3,
+                 max_steps: int | None = None) -> None:
+        check_rule("median", mode, grace, None, max_steps)
+        _check_peers(min_peers)
         self.mode, self.grace, self.metric, self.min_peers = mode, grace, metric, min_peers
-        self._history: dict[int, list[tuple[int, float]]] = {}  # member -> [(step, value)], steps growing
+        self.max_steps = max_steps
+        self._steps: dict[int, list[int]] = {}   # member -> its steps, growing
         self._sums: dict[int, list[float]] = {}  # member -> prefix sums of its values, for O(log n) averages
         self._best: dict[int, tuple[float, float]] = {}  # member -> (key, value) of its best so far
         self._stopped: set[int] = set()
 
     def checkpoints(self) -> tuple[int, ...]:
-        """Every step from `grace` on: the first few."""
-        return tuple(range(self.grace, self.grace + _SHOWN_CHECKPOINTS))
+        """Every step from `grace` on (below max_steps): the first few."""
+        end = self.grace + _SHOWN_CHECKPOINTS
+        return tuple(range(self.grace, end if self.max_steps is None else min(end, self.max_steps)))
 
-    def observe(self, member: int, step: int, value: float) -> str | None:
-        """Record the value; from `grace` on, stop the member if its best is worse than the peers' median."""
-        history = self._history.setdefault(member, [])
-        if member in self._stopped or (history and step <= history[-1][0]):
+    def observe(self, member: int, step: int, value: float, final: bool = False) -> str | None:
+        """Record the value; from `grace` on (below max_steps, before the member's last step), stop the member if
+        its best is worse than the peers' median."""
+        steps = self._steps.setdefault(member, [])
+        if member in self._stopped or (steps and step <= steps[-1]):
             return None
         sums = self._sums.setdefault(member, [])
-        history.append((step, value))
+        steps.append(step)
         sums.append((sums[-1] if sums else 0.0) + value)
         best = min(self._best.get(member, (math.inf, value)), (_key(value, self.mode), value), key=lambda b: b[0])
         self._best[member] = best
-        if step < self.grace:
+        if step < self.grace or final or (self.max_steps is not None and step >= self.max_steps):
             return None
         reason = self._verdict(member, step, best)
         if reason is not None:
             self._stopped.add(member)
         return reason
 
-    def _average_to(self, member: int, step: int) -> float:
-        """The member's running average of its values up to `step`, as a key."""
-        count = bisect.bisect_right(self._history[member], step, key=lambda entry: entry[0])
-        return _key(self._sums[member][count - 1] / count, self.mode)
+    def running_average(self, member: int, step: int) -> float | None:
+        """The member's average of its values from `grace` to `step` (Ray's running mean), None with none there."""
+        steps, sums = self._steps[member], self._sums[member]
+        upto, before = bisect.bisect_right(steps, step), bisect.bisect_left(steps, self.grace)
+        if upto <= before:
+            return None
+        total = sums[upto - 1] - (sums[before - 1] if before else 0.0)
+        return total / (upto - before)
 
     def _verdict(self, member: int, step: int, best: tuple[float, float]) -> str | None:
         """Compare against the other members that reported at or past `step`; too few of them: no decision."""
-        peers = [m for m, h in self._history.items() if m != member and h[-1][0] >= step]
-        if len(peers) < self.min_peers:
+        averages = [_key(a, self.mode) for m, s in self._steps.items()
+                    if m != member and s[-1] >= step and (a := self.running_average(m, step)) is not None]
+        if len(averages) < self.min_peers:
             return None
-        averages = [self._average_to(m, step) for m in peers]
-        median = _median(averages)
+        median = _quantile(averages, 0.5)
         diverged = math.isinf(best[0]) and any(math.isfinite(a) for a in averages)
         worse = best[0] > median and not math.isclose(best[0], median, rel_tol=1e-9)  # a tie, up to rounding, is not
         if not (worse or diverged):
             return None
         return (
-            f"median rule at step {step}: best {self.metric} {_show(best[1])} is worse than the "
-            f"median {_show(_unkey(median, self.mode))} of {len(peers)} other members' running averages to step {step}"
+            f"median rule at step {step}: best {self.metric} {_show(best[1])} is worse than the median "
+            f"{_show(_unkey(median, self.mode))} of {len(averages)} other members' running averages from step "
+            f"{self.grace} to step {step}"
         )
 
 
-def make_pruner(
-    kind: str, mode: str, grace: int, metric: str = "loss", reduction: int = 3, min_peers: int = 3
-) -> Pruner | None:
-    """The rule `--prune KIND` names, or None for "none"; every argument is checked even then, so a typo is
-    caught when written, not when a later change turns pruning on."""
-    if kind not in KINDS:
-        raise OptionsError(f"unknown pruner {kind!r}: write one of {', '.join(KINDS)}")
-    _check(mode, grace, reduction, min_peers)
+def make_rule(kind: str, mode: str, grace: int, metric: str = "loss", reduction: int | None = None,
+              max_steps: int | None = None, min_peers: int = 3) -> StopRule | None:
+    """The rule ``--early-stop KIND`` names, or None for "none"; every argument is checked even then, so a typo is
+    caught when written, not when a later change turns early stopping on. ``reduction`` None: ASHA's default."""
+    check_rule(kind, mode, grace, reduction, max_steps)
+    _check_peers(min_peers)
     if kind == "asha":
-        return ASHA(mode, grace, metric, reduction)
+        return ASHA(mode, grace, metric, REDUCTION_FACTOR if reduction is None else reduction, max_steps)
     if kind == "median":
-        return MedianRule(mode, grace, metric, min_peers)
+        return MedianRule(mode, grace, metric, min_peers, max_steps)
+    assert kind == EARLY_STOPS[-1]
     return None
 
 
@@ -216,7 +239,7 @@ def reduce_ranks(values: Sequence[float], how: str) -> float | None:
     """One metric value from the ranks' values (`--metric-reduce mean|min|max`); None when no rank reported.
     A nan is kept (not skipped), so a rank that diverged makes the member count as diverged."""
     if how not in REDUCTIONS:
-        raise OptionsError(f"metric reduction {how!r}: write one of {', '.join(REDUCTIONS)}")
+        raise OptionsError(f"--metric-reduce must be one of {', '.join(REDUCTIONS)}, got {how!r}")
     if not values:
         return None
     if any(math.isnan(v) for v in values):

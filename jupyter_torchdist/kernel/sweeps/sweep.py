@@ -4,14 +4,16 @@
 ``jupyter_torchdist.sweep(fn, space, trials=16, early_stop="asha")`` come here. The members come from the search
 (``search.py``: a grid's combinations, draws from the space, or Optuna's sampler); the sweep's own thread starts
 them, at most ``--concurrent`` at once (default: as many as the backend's task slots hold; with local processes, the
-cores divided by the ranks), each waiting its turn for slots as any run does. Every frame of a member's run goes
-through the judge (``sweep_judge.py``): a member its early-stopping rule stops has its ranks stopped, ends
-"pruned", and its slots go to the next member. A member that fails is named in the view and the table; the others
-go on. With ``--study`` every member is kept in a SQLite file (``study_store.py``) and the same cell run again
-goes on where the search stopped.
+cores divided by the ranks), each waiting its turn for slots as any run does. Every report of a member's ranks goes
+through the judge (``judge.py``) as the kernel receives it: a member its early-stopping rule stops has its ranks
+stopped, ends "stopped_early", and its slots go to the next member; its curve goes to the search as it comes
+(Optuna's intermediate values). A member that fails is named in the view and the table; the others go on. With
+``--study`` every member is kept in a SQLite file (``study.py``) and the same cell run again goes on where the
+search stopped, while the sweep beats there so another kernel on the same study leaves its members be.
 """
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import threading
@@ -19,6 +21,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
+from ...core.contract import Inbound
 from ...core.errors import RunInterrupted
 from ...core.options import RunOptions
 from ...launchers import backend_for
@@ -26,14 +29,14 @@ from ..handle import Handle
 from ..runs.run import ENDED, Run
 from ..runs.scheduling import ScheduledRun, start_on_thread
 from .search import Ask, Search
-from .study import Member, StudyStore
+from .study import BEAT_S, Member, StudyStore
 from .judge import Judge
 from .comparison import SweepFacts, best_member, results_rows, sweep_snapshot
 
 __all__ = ["Sweep", "MakeRun"]
 
 FRAME_S: Final = 0.25   # the comparison view is redrawn at most this often
-MakeRun = Callable[[dict[str, Any]], ScheduledRun]   # a member's parameters -> its queued run
+MakeRun = Callable[[Member], ScheduledRun]   # a member (its number and parameters) -> its queued run
 
 
 class _Members:
@@ -77,12 +80,15 @@ class Sweep(Handle):
         self.started_at = time.time()
         self.concurrent: int | None = options.concurrent
         self.most: int | None = None  # the server's limit on runs at once (launchers/limits.py), if any
-        self.judge = Judge(options.metric, options.mode, options.early_stop, options.grace, options.metric_reduce)
+        self.judge = Judge(options.metric, options.mode, options.early_stop, options.grace, options.metric_reduce,
+                           options.reduction_factor, options.max_steps, world_size=options.n)
         self._view = view
         self._make: MakeRun = _not_begun
         self._cv = threading.Condition()
         self._pending: list[tuple[Member, ScheduledRun | None]] = []
-        self._numbers = 0
+        self._numbers = 0   # the highest member number so far (with a study, the file gives the numbers out)
+        self._drawn = 0     # members drawn, by this sweep or (a study) by earlier kernels
+        self._beat = 0.0
         self._active = 0
         self._stopping: str | None = None
         self._dirty = True
@@ -101,7 +107,7 @@ class Sweep(Handle):
     def rows(self) -> list[dict[str, Any]]:
         """A dict per member: its parameters, state, steps reached, the metric's best and last values, its value (a
         scalar, or ``value.KEY`` for a small dict), the last metrics rank 0 reported, its seconds, its run number
-        (``run``; None for an earlier kernel's member), and for a failed, stopped or pruned member why."""
+        (``run``; None for an earlier kernel's member), and for a failed, stopped or stopped-early member why."""
         return results_rows(self.runs, self.members.latest, self.member, self.past, self.options.metric)
 
     def results(self) -> Any:
@@ -165,27 +171,30 @@ class Sweep(Handle):
         said = ", ".join(f"{n} {s}" for s in ("queued", "running", *ENDED) if (n := states.count(s)))
         return f"<Sweep of {self.search.planned} members over {', '.join(self.names)}: {said or 'none yet'}>"
 
-    # -- the members' frames -----------------------------------------------------------------------------
+    # -- the members' frames and reports ---------------------------------------------------------------
     def _on_frame(self, run_id: int, snapshot: Mapping[str, Any]) -> None:
         self._dirty = True
-        member = self.member.get(run_id)
-        if member is None:
+
+    def _on_report(self, member: Member, run: Run, ev: Inbound) -> None:
+        """A report of one of the member's ranks, on its supervisor's thread as it arrives: the judge's at once, so
+        a rule decides at the rung step itself. Never raises (it runs inside the member's run)."""
+        try:
+            verdict = self.judge.report(member, ev.rank, ev.msg)
+        except Exception:
             return
-        verdict = self.judge.observe(member, snapshot)
         if verdict is not None:
-            run = next((r for r in self.runs if r.id == run_id), None)
-            if run is not None:
-                run.end_early(*verdict)
+            run.end_early(*verdict)
 
     # -- the sweep's thread ----------------------------------------------------------------------------------
-    def begin(self, make: MakeRun, past: list[Member], again: list[Member]) -> None:
+    def begin(self, make: MakeRun, past: list[Member], again: list[Member], drawn: int = 0) -> None:
         """Queue the members (the search's, if it knows them ahead; an earlier kernel's unfinished ones first),
-        draw the first frame, and start the sweep's thread."""
+        draw the first frame, and start the sweep's thread. ``drawn``: members earlier kernels drew (a study)."""
         self._make = make
         self.past = past
         for member in past:
             self.judge.replay(member)
         self._numbers = max([m.number for m in past + again], default=0)
+        self._drawn = max(drawn, len(past) + len(again))
         for member in again:
             self._queue(member)
         while self.search.eager and (ask := self.search.ask()) is not None:
@@ -194,17 +203,26 @@ class Sweep(Handle):
         threading.Thread(target=self._loop, name="jupyter-torchdist-sweep", daemon=True).start()
 
     def _new_member(self, ask: Ask) -> Member:
-        self._numbers += 1
-        return Member(self._numbers, dict(ask.params), token=ask.token)
+        """A member the search drew, numbered after every member drawn (by any kernel, with a study)."""
+        self._drawn += 1
+        member = Member(self._numbers + 1, dict(ask.params), token=ask.token)
+        if self.store is not None:
+            try:
+                self.store.insert(member)
+            except Exception:
+                pass   # a full disk loses the record, never the run
+        self._numbers = max(self._numbers, member.number)
+        return member
 
     def _queue(self, member: Member) -> None:
-        d = self._make(member.params) if self.search.eager else None
+        d = self._make(member) if self.search.eager else None
         if d is not None:
             self._adopt(member, d)
         self._pending.append((member, d))
 
     def _adopt(self, member: Member, d: ScheduledRun) -> None:
         d.run.sweep = self
+        d.listener = functools.partial(self._on_report, member, d.run)
         self.member[d.run.id] = member
         self.runs.append(d.run)
         self._save(member)
@@ -220,6 +238,7 @@ class Sweep(Handle):
                     self._error = exc   # the queued ones end "stopped" at the next turn of the loop
                     with self._cv:
                         self._stopping = self._stopping or f"an error of the sweep's ({exc})"
+                self._tell_curves()
                 if self._dirty and time.time() - last >= FRAME_S:
                     self._dirty, last = False, time.time()
                     self._view.update(self.snapshot())
@@ -227,10 +246,10 @@ class Sweep(Handle):
                     self._cv.wait(FRAME_S)
         finally:
             self._record_end()
+            if self.store is not None:   # before anyone waiting wakes: its unfinished members are a next sweep's
+                self.store.close()
             self._end()
             self._view.finish(self.snapshot())
-            if self.store is not None:
-                self.store.close()
 
     def _record_end(self) -> None:
         if self.recorder is None:
@@ -247,7 +266,30 @@ class Sweep(Handle):
             return not more and self._active == 0 and all(run.done() for run in self.runs)
 
     def _can_ask(self) -> bool:
-        return self._numbers < self.search.planned
+        return self._drawn < self.search.planned
+
+    def _tell_curves(self) -> None:
+        """Each running member's new curve points to the search (Optuna's intermediate values, as they come), and
+        every few seconds the sweep's heartbeat: in the study file, and Optuna's for its running trials."""
+        for run in list(self.runs):
+            member = self.member.get(run.id)
+            if member is not None and run.state == "running":
+                self._tell_points(member)
+        if time.time() - self._beat < BEAT_S:
+            return
+        self._beat = time.time()
+        for beat in (self.search.beat, self.store.beat if self.store is not None else None):
+            try:
+                if beat is not None:
+                    beat()
+            except Exception:
+                pass   # a busy or full disk misses a beat, never the run
+
+    def _tell_points(self, member: Member) -> None:
+        try:
+            self.search.report(member.token, self.judge.take_points(member.number))
+        except Exception:
+            pass   # the search's bookkeeping never ends the sweep
 
     def _launch_what_fits(self) -> None:
         with self._cv:
@@ -274,8 +316,8 @@ class Sweep(Handle):
             if d is None and self._stopping:   # an earlier kernel's member not run again: it stays to do
                 continue
             if d is None:   # an earlier kernel's member, run again under a search that asks as it goes
-                member.token = self.search.again(member.params).token
-                d = self._make(member.params)
+                member.token = self.search.again(member.params, member.token).token
+                d = self._make(member)
                 self._adopt(member, d)
             return member, d
         if self.search.eager or self._stopping or not self._can_ask():
@@ -284,7 +326,7 @@ class Sweep(Handle):
         if ask is None:
             return None
         member = self._new_member(ask)
-        d = self._make(member.params)
+        d = self._make(member)
         self._adopt(member, d)
         return member, d
 
@@ -296,10 +338,15 @@ class Sweep(Handle):
             self._cv.notify_all()
 
     def _ended_member(self, run: Run) -> None:
-        """A member's end: kept, and told to the search (its final metric; Optuna learns from it)."""
+        """A member's end: kept, and told to the search (the rest of its curve, and its final metric; Optuna learns
+        from both). A member its rule judged but that finished before the stop reached it ended done: the verdict
+        is withdrawn (a member that finished all its steps is never called stopped early)."""
         member = self.member.get(run.id)
         if member is None:
             return
+        if run.state == "done" and member.stopped_early_at is not None:
+            self.judge.withdraw(member)
+        self._tell_points(member)
         row = results_rows([run], self.members.latest, self.member, [], self.options.metric)[0]
         member.state, member.seconds, member.ended_at = run.state, run.seconds(), run.ended_at
         final = row.get(f"{self.options.metric}_final")
@@ -318,7 +365,7 @@ class Sweep(Handle):
                 pass  # a full disk loses the record, never the run
 
 
-def _not_begun(params: dict[str, Any]) -> ScheduledRun:
+def _not_begun(member: Member) -> ScheduledRun:
     raise RuntimeError("Sweep.begin() makes the members' runs")
 
 

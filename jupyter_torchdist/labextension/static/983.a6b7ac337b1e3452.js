@@ -124,7 +124,7 @@
 .jp-TorchDist-dot.jp-TorchDist-state-done { background: var(--td-ok); }
 .jp-TorchDist-dot.jp-TorchDist-state-failed { background: var(--td-bad); }
 .jp-TorchDist-dot.jp-TorchDist-state-stopped { background: var(--td-warn); }
-.jp-TorchDist-dot.jp-TorchDist-state-pruned { background: var(--td-idle); }
+.jp-TorchDist-dot.jp-TorchDist-state-stopped_early { background: var(--td-idle); }
 .jp-TorchDist-dot.jp-TorchDist-state-running,
 .jp-TorchDist-dot.jp-TorchDist-state-starting { background: var(--td-info); }
 
@@ -163,7 +163,7 @@
 }
 
 /* A sweep member stopped early by the sweep's rule: muted (an expected outcome), outlined so it is not "queued" */
-.jp-TorchDist-pill.jp-TorchDist-state-pruned {
+.jp-TorchDist-pill.jp-TorchDist-state-stopped_early {
   font-style: italic;
   box-shadow: inset 0 0 0 1px color-mix(in srgb, var(--td-idle) 70%, transparent);
 }
@@ -700,7 +700,7 @@
 
 .jp-TorchDist-row-best td { font-weight: 600; }
 .jp-TorchDist-bestMark { color: #f58518; } /* the best point's colour in the effect charts (PALETTE[1]) */
-.jp-TorchDist-row-pruned td { color: var(--td-muted); }
+.jp-TorchDist-row-stopped_early td { color: var(--td-muted); }
 
 /* A sweep's parameter effect (effects.ts): a small scatter per parameter, then the best so far */
 .jp-TorchDist-effectCharts {
@@ -1102,7 +1102,7 @@
 }
 
 .jp-TorchDist-runs-state[data-state='stopped'],
-.jp-TorchDist-runs-state[data-state='pruned'] {
+.jp-TorchDist-runs-state[data-state='stopped_early'] {
   color: var(--td-warn);
 }
 
@@ -1129,7 +1129,7 @@
 }
 
 .jp-TorchDist-runs-barFill[data-state='stopped'],
-.jp-TorchDist-runs-barFill[data-state='pruned'] {
+.jp-TorchDist-runs-barFill[data-state='stopped_early'] {
   background: var(--td-warn);
 }
 
