@@ -9,10 +9,11 @@ journal another kernel sends later goes where its run was meant to go. MLflow's 
 
 **Exactly one run.** Each run carries its record's key as the tag ``jtd.key``. Before the run is created the sink
 notes (saved) that it is about to be; a sink that finds that note without the run's id (the server made the run but
-its answer was lost) looks the run up by its tag rather than make another. The id is saved before anything else is
-logged to the run; its parameters are logged after, and again on a retry (MLflow takes a parameter logged twice with
-the same value), so no retry ever skips them. A metric point sent again after an outage is stored once by MLflow's
-database stores (they keep one of equal points).
+its answer was lost) looks the run up by its tag rather than make another. A run MLflow's own retry of the call made
+twice (its first answer lost) is found by the same tag right after, and the spare one deleted. The id is saved
+before anything else is logged to the run; its parameters are logged after, and again on a retry (MLflow takes a
+parameter logged twice with the same value), so no retry ever skips them. A metric point sent again after an
+outage is stored once by MLflow's database stores (they keep one of equal points).
 
 **Records as MLflow's own.** MLflow's context tags (``mlflow.user``, the source, its git commit) come from its own
 context providers when the run is recorded; NaN and infinite values are sent as they are (MLflow stores them).
@@ -207,8 +208,12 @@ class MlflowSink(Sink):
         parent = rec.get("parent")
         if parent and parent in ids:
             tags["mlflow.parentRunId"] = ids[parent]
-        run = client.create_run(experiment, start_time=int(rec["at"]), tags=tags, run_name=rec.get("name"))
-        return str(run.info.run_id)
+        run_id = str(client.create_run(experiment, start_time=int(rec["at"]), tags=tags,
+                                       run_name=rec.get("name")).info.run_id)
+        for other in _found(client, experiment, key):
+            if other != run_id:   # MLflow's own retry of the call made the run twice (its first answer was lost)
+                client.delete_run(other)
+        return run_id
 
     def points(self, key: str, points: list[list[Any]], ledger: Ledger) -> None:
         run_id = ledger.data.get("ids", {}).get(key)
@@ -275,13 +280,20 @@ def _credentials(why: str) -> Refused:
                    "allowed to write to the experiment")
 
 
-def _find(client: Any, experiment: str, key: str) -> str | None:
-    """The run an earlier try made for ``key`` (its ``jtd.key`` tag), if the server made it."""
-    from mlflow.entities import ViewType
+def _found(client: Any, experiment: str, key: str) -> list[str]:
+    """The runs made for ``key`` (its ``jtd.key`` tag), oldest first."""
+    found = client.search_runs([experiment], filter_string=f"tags.`{KEY_TAG}` = '{key}'", max_results=20,
+                               order_by=["attributes.start_time ASC"])
+    return [str(r.info.run_id) for r in found]
 
-    found = client.search_runs([experiment], filter_string=f"tags.`{KEY_TAG}` = '{key}'", max_results=1,
-                               run_view_type=ViewType.ALL)
-    return str(found[0].info.run_id) if found else None
+
+def _find(client: Any, experiment: str, key: str) -> str | None:
+    """The run an earlier try made for ``key``, if the server made it (made twice by MLflow's own retries: the
+    first, the others deleted)."""
+    found = _found(client, experiment, key)
+    for other in found[1:]:
+        client.delete_run(other)
+    return found[0] if found else None
 
 
 def _git(path: str) -> dict[str, str]:

@@ -18,7 +18,7 @@ import os
 import statistics
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
 from ..core import contract as C
 from ..core.contract import Inbound
@@ -37,7 +37,8 @@ from .shipper import shipper
 
 __all__ = ["RunRecorder", "SweepRecorder", "STATUS"]
 
-STATUS = {"done": "FINISHED", "failed": "FAILED", "stopped": "KILLED", "pruned": "KILLED"}
+STATUS = {"done": "FINISHED", "failed": "FAILED", "stopped": "KILLED", "pruned": "KILLED", "stopped_early": "KILLED"}
+EARLY: Final = ("pruned", "stopped_early")   # a sweep member its rule stopped early (both names the handles use)
 
 
 def _base(options: RunOptions) -> str:
@@ -224,7 +225,7 @@ class RunRecorder:
             pts += _rates(state, now) + _profile_points(snap["profile"], now)
         if run.error is not None:
             tags["jtd.error"] = (str(run.error).strip().splitlines() or [type(run.error).__name__])[0][:1000]
-        if run.state == "pruned":
+        if run.state in EARLY:
             tags["jtd.pruned"] = "true"
         lost = self.journal.dropped.get(self.key)
         if lost:

@@ -1,7 +1,7 @@
 """Runs on record, with real components: a real ``mlflow server`` (SQLite store) on loopback, MLflow's file store,
-TensorBoard's own event reader on the files written, ``torch.profiler``'s trace loaded back; real ranks (local
-processes: the record is the kernel's, the same on every backend). The server is also stopped mid-run: nothing may be
-lost."""
+TensorBoard's own event reader on the files written (scalars and HParams sessions), W&B in its offline mode read back
+from its own run files, ``torch.profiler``'s trace loaded back; real ranks (local processes: the record is the
+kernel's, the same on every backend). The server is also stopped mid-run: nothing may be lost."""
 from __future__ import annotations
 
 import gzip
@@ -19,6 +19,7 @@ from jupyter_torchdist.core.errors import OptionsError
 from jupyter_torchdist.tracking import shipper as shipping
 
 from ..support.mlflow_server import MlflowServer
+from ..support.wandb_files import offline_runs
 from .test_sweep_search import toy   # a loss lowest at lr = 0.1, steps long enough for the rule to judge
 
 pytest.importorskip("mlflow")
@@ -55,6 +56,32 @@ def _client():
     from mlflow.tracking import MlflowClient
 
     return MlflowClient()
+
+
+@pytest.fixture
+def offline_wandb(tmp_path, monkeypatch):
+    """W&B without a server: its offline mode, its files in the test's folder."""
+    pytest.importorskip("wandb")
+    folder = tmp_path / "wandb-dir"
+    folder.mkdir()
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(folder))
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.delenv("WANDB_PROJECT", raising=False)
+    return folder
+
+
+def _hparams(folder: Path) -> dict[str, object]:
+    """The HParams session TensorBoard's own reader finds in a run's folder: its parameters."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    events = EventAccumulator(str(folder))
+    events.Reload()
+    content = events.PluginTagToContent("hparams")
+    start = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/session_start_info"])
+    return {k: v.WhichOneof("kind") and getattr(v, v.WhichOneof("kind"))
+            for k, v in start.session_start_info.hparams.items()}
 
 
 def _runs(experiment: str):
@@ -99,11 +126,13 @@ def train(steps: int = STEPS, slow_rank: int | None = 1, nap: float = 0.0) -> li
     return losses
 
 
-def test_a_tracked_profiled_run_is_one_mlflow_run_tensorboard_files_and_a_trace_per_rank(server, tmp_path):
-    result = jt.run_detailed(train, n=2, local=True, track="mlflow,tensorboard", experiment="tracked",
+def test_a_tracked_profiled_run_is_one_mlflow_run_tensorboard_files_one_wandb_run_and_a_trace_per_rank(
+        server, tmp_path, offline_wandb):
+    result = jt.run_detailed(train, n=2, local=True, track="mlflow,tensorboard,wandb", experiment="tracked",
                              logdir=str(tmp_path / "runs"), profile="4:9")
     losses = result.value
     assert jt.flush_tracking(60)
+    handle = jt.runs()[-1]
     [run] = _runs("tracked")   # one run, not one per rank
     c = _client()
     assert run.info.status == "FINISHED"
@@ -117,6 +146,7 @@ def test_a_tracked_profiled_run_is_one_mlflow_run_tensorboard_files_and_a_trace_
     assert "run(train) -n 2" in report.read_text() and "succeeded" in report.read_text()
     assert sorted(a.path for a in c.list_artifacts(run.info.run_id, "profile")) == [
         "profile/rank-0.pt.trace.json.gz", "profile/rank-1.pt.trace.json.gz"]
+    assert run.data.tags["mlflow.user"] and run.data.tags["jtd.key"] == handle.record_key   # MLflow's own context
 
     # TensorBoard's own reader on the run's folder
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -126,6 +156,18 @@ def test_a_tracked_profiled_run_is_one_mlflow_run_tensorboard_files_and_a_trace_
     events.Reload()
     assert [e.step for e in events.Scalars("loss")] == list(range(STEPS))
     assert [e.value for e in events.Scalars("loss")] == pytest.approx(losses, rel=1e-6)
+    assert _hparams(folder)["n"] == 2 and _hparams(folder)["local"] is True   # in TensorBoard's HParams dashboard
+
+    # W&B's own run files: one run, written by the kernel (not one per rank)
+    [wb] = offline_runs(offline_wandb).values()
+    assert handle.tracking == {"mlflow": run.info.run_id, "tensorboard": str(folder), "wandb": wb.folder}
+    assert (wb.project, wb.job_type, wb.config["n"], wb.config["local"]) == ("tracked", "run", 2, True)
+    history = [(h["_step"], h["loss"]) for h in wb.history if "loss" in h]
+    assert history == [(step, pytest.approx(loss)) for step, loss in enumerate(losses)]
+    assert wb.summary["jtd.state"] == "done" and wb.exit_code == 0
+    [report] = wb.artifacts
+    assert report["type"] == "run-report" and {"report.html", "source.py", "value.txt",
+                                               "profile/rank-1.pt.trace.json.gz"} <= set(report["files"])
 
     # the profile: the rank whose data loader sleeps is named; each trace is torch.profiler's own, loaded back
     profile = result.state.snapshot()["profile"]
@@ -162,10 +204,11 @@ def test_a_server_stopped_mid_run_loses_nothing(server, tmp_path, capfd):
     assert run.mlflow_run_id == record.info.run_id   # the handle names its record
 
 
-def test_a_sweep_is_a_parent_run_with_a_child_per_member_pruned_ones_tagged(server, tmp_path):
+def test_a_sweep_is_a_parent_run_with_a_child_per_member_in_mlflow_tensorboards_hparams_and_a_wandb_group(
+        server, tmp_path, offline_wandb):
     lrs = [0.1, 10.0, 1e-4, 1.0]
     s = jt.sweep(toy, {"lr": lrs}, str(tmp_path), n=2, local=True, concurrent=2, early_stop="asha", grace=2,
-                 track="mlflow", experiment="swept")
+                 track="mlflow,tensorboard,wandb", experiment="swept", logdir=str(tmp_path / "runs"))
     assert s.wait(180)
     assert jt.flush_tracking(60)
     runs = _runs("swept")
@@ -173,13 +216,31 @@ def test_a_sweep_is_a_parent_run_with_a_child_per_member_pruned_ones_tagged(serv
     children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
     assert sorted(float(r.data.params["lr"]) for r in children) == sorted(lrs)
     states = {float(r.data.params["lr"]): r.data.tags["jtd.state"] for r in children}
-    assert states[0.1] == "done" and "pruned" in states.values(), states
+    assert states == {float(m.params["lr"]): m.state for m in s.runs}   # as the members' handles say
+    early = {lr for lr, state in states.items() if state not in ("done", "failed", "stopped")}   # its rule's
+    assert states[0.1] == "done" and early, states
     for r in children:
-        assert (r.data.tags.get("jtd.pruned") == "true") == (r.data.tags["jtd.state"] == "pruned")
+        assert (r.data.tags.get("jtd.pruned") == "true") == (float(r.data.params["lr"]) in early)
     assert parent.info.status == "FINISHED" and parent.data.tags["jtd.best"] == "lr=0.1"
     assert parent.data.metrics["best_loss"] == pytest.approx(s.best().result())
     assert s.mlflow_run_id == parent.info.run_id
     assert sorted(r.mlflow_run_id for r in s.runs) == sorted(r.info.run_id for r in children)
+    [best] = [r for r in children if float(r.data.params["lr"]) == 0.1]
+    assert parent.data.tags["jtd.best_run_id"] == best.info.run_id
+    assert parent.data.tags["jtd.best_metric"] == "best_loss"
+
+    # TensorBoard's HParams dashboard: a session per member, its lr among its parameters
+    [sweep_folder] = (tmp_path / "runs").iterdir()
+    members = sorted(p for p in sweep_folder.iterdir() if p.is_dir())
+    assert sorted(_hparams(p)["lr"] for p in members) == pytest.approx(sorted(lrs))
+
+    # W&B: the members and the parent in one group, the parent's summary naming the best member
+    wb = offline_runs(offline_wandb)
+    [top] = [r for r in wb.values() if r.job_type == "sweep"]
+    assert len(wb) == len(lrs) + 1 and {r.group for r in wb.values()} == {top.group}
+    assert sorted(r.config["lr"] for r in wb.values() if r.job_type == "member") == sorted(lrs)
+    assert wb[top.summary["jtd.best_run_id"]].config["lr"] == 0.1
+    assert top.summary["best_loss"] == pytest.approx(s.best().result()) and s.tracking["wandb"] == top.folder
 
 
 def test_mlflows_file_store_is_asked_before_the_run_and_takes_the_record_when_mlflow_allows_it(server, tmp_path,
