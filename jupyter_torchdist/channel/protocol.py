@@ -131,7 +131,7 @@ _FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "host": (str,), "ip": (str,), "summary": (str,), "traceback": (str,), "text": (str,), "stream": (str,),
     "state": (str,), "signal": (str, _NONE), "repr": (str, _NONE),
     "value": (bytes, bytearray, _NONE), "metrics": (dict, _NONE),
-    # debugging (contract_debug): where a rank is, and its pdb
+    # debugging (contract/debug.py): where a rank is, and its pdb
     "frames": (list,), "collective": (str, _NONE), "waited_s": (int, float, _NONE), "collective_s": (int, float),
     "kind": (str,), "prompt": (str,), "post_mortem": (bool,),
 }

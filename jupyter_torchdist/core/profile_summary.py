@@ -15,7 +15,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
-from .contract_profile import ProfileShares
+from .contract import ProfileShares
 
 __all__ = ["shares_of", "slowest", "verdict", "trace_name", "KINDS", "KIND_WORDS"]
 

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from ..core import contract as C
-from ..core.contract_profile import ProfileShares
+from ..core.contract import ProfileShares
 from ..core.profile_summary import shares_of
 from ..core.track_options import AUTO_WINDOW
 

@@ -1,15 +1,14 @@
-"""The contract's rendezvous: each rank's hello (who and where it is, its GPU) and the kernel's answer (where the
-store is, the rank's place on its node, the GPUs it sees), planned by ``rendezvous.py``.
-
-Part of the one vocabulary: ``contract.py`` imports both and puts them in its unions (``HELLO`` and ``RENDEZVOUS``
-are its constants), so the channel's checks and the kernel's dispatch cover them like any other message. They live
-in a module of their own only to keep each module short.
+"""Where the ranks meet: each rank's hello (who and where it is, its GPU) and the kernel's answer (where the store is,
+the rank's place on its node, the GPUs it sees), planned by ``core/rendezvous.py`` once every rank has said hello.
 """
 from __future__ import annotations
 
-from typing import Literal, TypedDict
+from typing import Final, Literal, TypedDict
 
-__all__ = ["HelloMsg", "RendezvousMsg"]
+__all__ = ["HELLO", "RENDEZVOUS", "HelloMsg", "RendezvousMsg"]
+
+HELLO: Final = "hello"            # rank -> kernel: who I am; rank 0 adds where its TCPStore listens
+RENDEZVOUS: Final = "rendezvous"  # kernel -> rank: where the store is, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, GPUs
 
 
 class _Hello(TypedDict):

@@ -1,8 +1,4 @@
-"""The contract's debugging messages: where each rank is (its stack, its collective) and pdb over the channel.
-
-Part of the one vocabulary: ``contract.py`` imports every name here and puts the messages in its unions (who
-sends what), so the channel's checks and the kernel's exhaustive dispatch cover them like any other message.
-They live in a module of their own only to keep each module short.
+"""Debugging over the channel, in both directions: where each rank is (its stack, its collective) and pdb.
 
 * ``WHERE`` (kernel -> rank) asks a rank for its main thread's stack; the rank's reader thread answers with a
   ``PLACE`` at once, whatever its main thread is doing (blocked in a collective, sleeping, in pdb).

@@ -1,0 +1,60 @@
+"""What travels to every rank (``RunPlan``, with the run's pinned certificate ``TLSPin``) and what a launcher found
+when it checked a run could be placed (``LaunchInfo``)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["TLSPin", "RunPlan", "LaunchInfo"]
+
+
+@dataclass(frozen=True)
+class TLSPin:
+    """What a rank needs to trust the kernel: the run's certificate (PEM) and its SHA-256 fingerprint."""
+    cert_pem: str
+    sha256: str
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """Everything every rank needs, identical for all ranks (the rank number comes separately)."""
+    run_id: str
+    world_size: int
+    address: tuple[str, int]
+    secret: bytes
+    payload: bytes
+    filename: str
+    source: str
+    gpu: bool
+    threads: int | None
+    max_value_bytes: int
+    all_ranks: bool
+    loopback: bool  # every rank is on the kernel's host: keep all traffic on 127.0.0.1
+    pg_timeout_s: float = 1800.0
+    tls: TLSPin | None = None  # the run's pinned certificate when the channel runs over TLS
+    keep: bool = False         # kept ranks: after the payload, wait for CELL messages instead of exiting
+    probe_s: float | None = None  # the tasks first check they reach the channel (this long) and agree on a mode
+    offline: bool = False      # the tasks cannot reach the kernel: rank 0's task relays (launchers/relay.py)
+    versions: tuple[tuple[str, str], ...] = ()  # the kernel's Python and packages a rank's must match (_versions)
+    checkpoint: str | None = None  # where jt.commit writes and jt.restore reads (--max-restarts, --checkpoint-dir)
+    attempt: int = 1               # which start of the run this is (--max-restarts)
+    post_mortem: bool = False  # --pdb: a failing rank offers the kernel its post-mortem before it reports
+    argv: tuple[str, ...] = ()  # the kernel's sys.argv: a rank's code sees the notebook's, on every backend
+    every_point: bool = False   # --track: rank 0 sends every report() (the full history), not a thinned few;
+    profile: tuple[int, int] | None = None  # --profile: the window of steps (AUTO_WINDOW: a few after the first)
+    per_node: int = 0  # pyspark's TorchDistributor layout: each run of this many ranks (a Spark task's) is a node
+
+
+@dataclass(frozen=True)
+class LaunchInfo:
+    """What a launcher found when it checked the run could be placed."""
+    label: str            # shown in the view, e.g. "spark local[4]"
+    channel_host: str     # where the kernel listens so that ranks can reach it
+    loopback: bool        # every rank runs on this host
+    channel_tls: bool = False           # the live channel runs over TLS (channel/tls.py)
+    warnings: tuple[str, ...] = ()      # said once before the run starts (e.g. Spark encrypts, we do not)
+    watcher: str = "the agent process"  # what runs beside each rank, in words ("the Spark task")
+    lost_hint: str = ""                 # where to look when a watcher is lost ("The executor's log says why.")
+    advertise: tuple[str, int | None] | None = None  # where ranks dial if not where it listens (NAT; None: same port)
+    start_bound_s: float | None = None  # ranks start one by one (dynamic allocation): each checks in by then or stop
+    start_hint: str = ""                # why ranks may not start in time there, and what to do
+    ranks_per_task: int = 1             # the ranks one task runs (a rank per GPU of a task that holds several)
