@@ -10,17 +10,15 @@ and whether they reach this machine, where the live channel listens. ``FAIL`` is
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
 __all__ = ["Finding", "diagnose", "report", "main"]
 
@@ -128,41 +126,17 @@ def check_front_end() -> list[Finding]:
                     str(static) if static.is_file() else "not built", "" if static.is_file() else fix)]
 
 
-def _executor_probe(kernel: dict[str, str], address: tuple[str, int]) -> Callable[[Any], Any]:
-    def probe(_: Any) -> Any:
-        import socket as s
-
-        from jupyter_torchdist.core._versions import differences, local_versions
-
-        here = local_versions(tuple(k for k in kernel if k not in ("python", "torch", "cloudpickle",
-                                                                   "jupyter-torchdist")))
-        try:
-            s.create_connection(address, timeout=3).close()
-            reached = ""
-        except OSError as exc:
-            reached = f"{type(exc).__name__}: {exc}"
-        yield json.dumps({"host": s.gethostname(), "python": sys.executable, "diff": differences(kernel, here),
-                          "unreachable": reached})
-    return probe
-
-
 def check_executors(session: Any) -> list[Finding]:
     """One task per executor slot: each executor's Python against the kernel's, and whether it reaches this machine
     at the address the live channel listens on (the session's spark.driver.host)."""
     from ..core._versions import local_versions
+    from ..launchers.session.executors import executor_facts
 
-    sc = session.sparkContext
-    host = sc.getConf().get("spark.driver.host") or "127.0.0.1"
-    listener = socket.create_server((host, 0))
     try:
-        n = max(1, int(sc.defaultParallelism))
-        probe = _executor_probe(local_versions(), (host, listener.getsockname()[1]))
-        rows = [json.loads(r) for r in sc.parallelize(range(n), n).mapPartitions(probe).collect()]
+        host, rows = executor_facts(session, local_versions())
     except Exception as exc:
         return [Finding("executors", "fail", f"a task could not run: {str(exc).splitlines()[0][:300]}",
                         "spark.pyspark.python (or PYSPARK_PYTHON) naming a Python with torch and jupyter-torchdist")]
-    finally:
-        listener.close()
     out = []
     for row in {r["host"] + r["python"]: r for r in rows}.values():
         where = f"{row['host']} ({row['python']})"

@@ -64,7 +64,7 @@ def driver(cluster: Cluster, tmp_path_factory):
     (workdir / "where_helpers.py").write_text(WHERE)
     (workdir / "train.py").write_text(SCRIPT)
     env = {k: v for k, v in spark_env(cluster.workdir).items() if k.startswith(("SPARK_", "PYSPARK"))}
-    kernel = Kernel({**env, "JUPYTER_TORCHDIST_WARMUP": "0"})
+    kernel = Kernel({**env, "JUPYTER_TORCHDIST_WARMUP": "1"})   # the extension's default: nothing of ours may start
     family: set[int] = set()
     try:
         r = _ok(kernel, textwrap.dedent(f"""
@@ -198,6 +198,11 @@ def test_background_runs_on_the_cluster_take_its_two_slots_in_turn(driver, clust
                           "jt.runs()[-1].result())")
     after, states, jvm = said
     assert after and states == ["done", "done"] and jvm[0] in cluster.family()
+    # decided on the runs' own threads, where the JVM's active session is None: the notebook's session all the same
+    assert _value(kernel, "[r.where for r in jt.runs()[-2:]]") == [f"spark {cluster.url}"] * 2
+    _ok(kernel, "from jupyter_torchdist.launchers.session import embedded as E\n"
+                "from jupyter_torchdist.launchers import local_server as L")
+    assert _value(kernel, "(E.embedded_session(), L.zygote_pid())") == (None, None)  # nothing of ours beside it
 
 
 def test_gpu_on_a_cluster_without_gpu_scheduling_is_refused(driver):
