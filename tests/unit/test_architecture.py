@@ -122,3 +122,46 @@ def test_only_launchers_ask_whether_a_run_is_local():
 def test_the_package_root_holds_only_the_front_doors():
     """Everything else is in the folder of its layer (issue 43: a house a newcomer finds their way in)."""
     assert {p.stem for p in PKG.glob("*.py")} == ROOT_MODULES
+
+
+_SPARK_OBJECTS = {"sparkContext", "_jsc", "_jvm", "_jsparkSession", "_gateway"}
+
+
+def test_only_launchers_and_the_data_plane_touch_sparks_objects():
+    """Every Spark call lives in ``launchers/`` (or ``data/``, on the user's DataFrames): the kernel, the doctor, the
+    TorchDistributor classes and Horovod's ``spark.run`` ask a launcher (issue 50)."""
+    found = []
+    for mod, path in _modules().items():
+        if _layer(mod) in ("launchers", "data"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and node.attr in _SPARK_OBJECTS:
+                found.append(f"{mod}:{node.lineno}: .{node.attr}")
+    assert found == []
+
+
+def _rooms(folder: Path) -> dict[Path, list[str]]:
+    """A folder's sub-packages ("rooms") and the modules each holds (``__init__`` not counted)."""
+    return {room: sorted(p.stem for p in room.glob("*.py") if p.stem != "__init__")
+            for room in sorted(folder.iterdir()) if (room / "__init__.py").is_file()}
+
+
+def test_the_kernel_and_the_launchers_are_rooms_by_feature_each_saying_what_lives_there():
+    """``kernel/`` keeps at most 15 modules at its top, its features in rooms of about a dozen modules at most, each
+    with a docstring that says what lives there (issue 50); ``launchers/`` keeps its backends at the top."""
+    top = [p.stem for p in (PKG / "kernel").glob("*.py") if p.stem != "__init__"]
+    assert len(top) <= 15, sorted(top)
+    for folder in (PKG / "kernel", PKG / "launchers"):
+        rooms = _rooms(folder)
+        assert rooms, f"{folder.name}/ has no rooms"
+        for room, modules in rooms.items():
+            assert len(modules) <= 12, f"{room.relative_to(PKG)} holds {len(modules)} modules: split it by feature"
+            doc = ast.get_docstring(ast.parse((room / "__init__.py").read_text()))
+            assert doc and len(doc) > 40, f"{room.relative_to(PKG)}/__init__.py says nothing of what lives there"
+
+
+def test_no_test_double_ships_in_the_package():
+    """Simulated ranks and other stand-ins live in tests/support/, registered by the tests that use them."""
+    doubles = [str(p.relative_to(PKG)) for p in PKG.rglob("*.py")
+               if re.search(r"simulat|fake|mock|stand_?in", p.stem) or "JUPYTER_TORCHDIST_SIMULATE" in p.read_text()]
+    assert doubles == []

@@ -165,10 +165,10 @@ def _driver_owned(session: Any) -> list[str]:
     """The GPUs Spark's resources give the driver, as CUDA_VISIBLE_DEVICES entries (pyspark's ``_get_gpus_owned``:
     indexes into the kernel's own CUDA_VISIBLE_DEVICES when it has one); empty when it has none."""
     from ...core.gpus import NoGpuError, task_gpus
+    from ...launchers.session.embedded import driver_resources
 
-    try:
-        resources = session.sparkContext.resources
-    except Exception:
+    resources = driver_resources(session)
+    if resources is None:
         return []
     try:
         return task_gpus(resources)
@@ -254,7 +254,9 @@ class TorchDistributor:
         notebook's owns GPUs (and on a cluster, where Spark schedules them): the kernel's visible GPUs, in order."""
         if not self.use_gpu or self.spark is None or self.is_remote:
             return ()
-        if not self.local_mode and not str(getattr(self.spark.sparkContext, "master", "")).startswith("local"):
+        from ...launchers.session.embedded import session_master
+
+        if not self.local_mode and not session_master(self.spark).startswith("local"):
             return ()
         owned = _driver_owned(self.spark)
         if not owned or not self.local_mode:

@@ -22,7 +22,7 @@ from .jvm import session_log
 
 __all__ = ["get_session", "dynamic_allocation", "embedded_session", "local_slots", "stop_embedded_session",
            "warm_up_async", "activate", "activate_embedded", "slots_available", "conf_of", "session_log",
-           "embedded_slots", "is_embedded",
+           "embedded_slots", "is_embedded", "driver_resources", "session_master",
            "driver_has_gpu", "warming", "wait_for_warm_up", "building", "warm_workers", "SLOTS_ENV",
            "DAEMON_MODULE", "JVM_OPTIONS"]
 
@@ -199,6 +199,23 @@ def activate_embedded() -> None:
 def embedded_session() -> Any:
     """The embedded session if it is up, else None."""
     return _embedded
+
+
+def driver_resources(session: Any) -> Any:
+    """The resources Spark found for the driver of a classic ``session`` (``{"gpu": ResourceInformation}``); None
+    when the session cannot say (a Connect client, a stopped context)."""
+    try:
+        return session.sparkContext.resources
+    except Exception:
+        return None
+
+
+def session_master(session: Any) -> str:
+    """A classic ``session``'s master URL ("local[4]", "spark://head:7077"); empty when it cannot say."""
+    try:
+        return str(session.sparkContext.master)
+    except Exception:
+        return ""
 
 
 def driver_has_gpu(session: Any) -> bool | None:
