@@ -165,3 +165,16 @@ def test_no_test_double_ships_in_the_package():
     doubles = [str(p.relative_to(PKG)) for p in PKG.rglob("*.py")
                if re.search(r"simulat|fake|mock|stand_?in", p.stem) or "JUPYTER_TORCHDIST_SIMULATE" in p.read_text()]
     assert doubles == []
+
+
+def test_the_architecture_pages_drawing_matches_the_tree():
+    """docs/layers.svg draws every layer in the order the imports keep, and names every room of each folder."""
+    svg = (PKG.parent / "docs" / "layers.svg").read_text()
+    drawn = re.findall(r'font-weight="bold"[^>]*>([a-z_]+)/</text>', svg)
+    assert drawn == [layer for layer in reversed(ORDER) if layer != "top"]
+    for layer in drawn:
+        rooms = {room.name for room in _rooms(PKG / layer)}
+        line = re.search(rf'>{layer}/</text>\n(?:<text[^\n]*\n)?(<text[^>]*font-style="italic"[^>]*>rooms: ([^<]*)<)?',
+                         svg)
+        named = set(re.findall(r"([a-z_]+)/", line.group(2))) if line and line.group(2) else set()
+        assert named == rooms, f"{layer}/: drawn rooms {sorted(named)}, rooms in the tree {sorted(rooms)}"
