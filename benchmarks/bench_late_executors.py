@@ -82,7 +82,7 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--late", type=float, default=6.0)
     args = p.parse_args()
-    common.begin("executors that come later: registration -> ranks started")
+    info = common.begin("executors that come later: registration -> ranks started")
     t0 = time.perf_counter()
     launchers = {"jupyter-torchdist": ours, "TorchDistributor": td}
     times: dict[str, list[float]] = {name: [] for name in launchers}
@@ -93,7 +93,7 @@ def main() -> None:
     rows = [[name, common.fmt_list(ts), common.fmt_s(common.median(ts))] for name, ts in times.items()]
     print(common.table(["launcher", "registration -> ranks started (s), each round", "median"], rows))
     ours_s, td_s = common.median(times["jupyter-torchdist"]), common.median(times["TorchDistributor"])
-    common.finish("bench_late_executors", {"times": times, "late_s": args.late}, t0,
+    common.finish("bench_late_executors", {"machine": info, "times": times, "late_s": args.late}, t0,
                   {"ours_s": ours_s, "td_s": td_s, "td_over_ours": td_s / ours_s})
 
 
