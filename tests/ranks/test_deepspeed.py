@@ -16,9 +16,10 @@ import pytest
 
 from jupyter_torchdist import DeepspeedTorchDistributor
 
+from ..support import needs
 from ..support.deepspeed import build_deepspeed_cpu_ops
 
-pytest.importorskip("deepspeed")
+pytestmark = needs("deepspeed")
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 CONFIG = {"train_batch_size": 8, "zero_optimization": {"stage": 2},

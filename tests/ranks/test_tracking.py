@@ -18,12 +18,12 @@ import jupyter_torchdist as jt
 from jupyter_torchdist.core.errors import OptionsError
 from jupyter_torchdist.tracking import shipper as shipping
 
+from ..support import needs
 from ..support.mlflow_server import MlflowServer
 from ..support.wandb_files import offline_runs
 from .test_sweep_search import toy   # a loss lowest at lr = 0.1, steps long enough for the rule to judge
 
-pytest.importorskip("mlflow")
-pytest.importorskip("tensorboard")
+pytestmark = needs("mlflow", "tensorboard")
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the ranks cannot import the tests package
 
 STEPS = 24

@@ -21,11 +21,11 @@ from jupyter_torchdist.tracking import shipper as shipping
 from jupyter_torchdist.tracking.journal import journal_ids, spool_dir
 from jupyter_torchdist.tracking.outbox import waiting
 
+from ..support import needs
 from ..support.http_proxy import HttpProxy
 from ..support.mlflow_server import MlflowServer
 
-pytest.importorskip("mlflow")
-pytest.importorskip("tensorboard")
+pytestmark = needs("mlflow", "tensorboard")
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the ranks cannot import the tests package
 
 STEPS = 20
