@@ -1,7 +1,8 @@
 """Issue 35: how the kernel's side grows with the rank count, in a real kernel (jupyter_client), nothing short-cut.
     python benchmarks/bench_scale.py [--sim 64,256,1024,4096] [--real 8,32,128] [--spark 128] [--steps 100]
 
-Simulated ranks (``launchers/simulated.py``: the real channel protocol, no torch) for the large counts, real
+Simulated ranks (``tests/support/simulated.py``, a test double: the real channel protocol, no torch) for the large
+counts, real
 ``--local`` gloo ranks for the small ones and real ranks as Spark barrier tasks of the embedded session
 (``--spark``); every rank reports a loss each ``--every`` seconds for ``--steps`` steps
 and logs a line every 10 steps. For each N, one ``%%distribute -n N`` cell in a fresh kernel:

@@ -1,4 +1,4 @@
-"""Simulated ranks (launchers/simulated.py) go through the kernel's whole real path: hundreds of them connect with
+"""Simulated ranks (tests/support/simulated.py) go through the kernel's whole real path: hundreds of them connect with
 the run's secret, report, log, return rank 0's value over the channel and are released; a failing one is named as
 the root cause and every other one stopped; a wrong specification is said plainly."""
 from __future__ import annotations

@@ -89,7 +89,7 @@ CELLS = [
     "    st.apply(r, 'rank', {'t': 'result', 'repr': repr(step)}, st.now)\n"
     "st.status, st.ended_at = 'succeeded', st.now\n"
     "view.finish(st.snapshot(log_tail=view.log_tail))",
-    # 6-8: 1,024 simulated ranks over 16 hosts (the real kernel side, simulated ranks: launchers/simulated.py);
+    # 6-8: 1,024 simulated ranks over 16 hosts (the real kernel side, simulated ranks: tests/support/simulated.py);
     # rank 700 raises 30 s in. A many-rank run is drawn as a summary and a paged table.
     f"import os\nos.environ['JUPYTER_TORCHDIST_SIMULATE'] = {MANY_SPEC!r}\n"
     f"import sys\nsys.path.insert(0, {str(ROOT)!r})\n"
