@@ -70,9 +70,12 @@ class Journal:
         self.sinks = sinks
         self.closed = False
         self._lock = threading.Lock()
-        self._f: IO[str] = open(self.path, "a", encoding="utf-8")
-        fcntl.flock(self._f, fcntl.LOCK_EX | fcntl.LOCK_NB)   # ours while open; a new file: nobody else has it
+        # Locked before it can be seen: written under a name no shipper lists, then renamed (the lock is the file's)
+        hidden = os.path.join(self.spool, f".{self.id}.jsonl.new")
+        self._f: IO[str] = open(hidden, "a", encoding="utf-8")
+        fcntl.flock(self._f, fcntl.LOCK_EX | fcntl.LOCK_NB)   # ours while open
         self.append({"k": "head", "sinks": list(sinks), "uri": uri, "to": to or {}})
+        os.rename(hidden, self.path)
 
     def append(self, record: dict[str, Any]) -> None:
         """Write ``record`` (NaN and infinities as JSON's NaN/Infinity: Python reads them back). Past the bound a
