@@ -11,8 +11,7 @@ from typing import Any
 
 from ..core.options import RunOptions
 from ..core.track_options import check_environment as check_installed
-from .mlflow_sink import check_store
-from .names import tracking_uri
+from .registry import sink_class
 from .recorder import RunRecorder, SweepRecorder
 from .shipper import flush, tracking
 
@@ -24,8 +23,8 @@ def check_environment(options: RunOptions) -> None:
     and MLflow takes the store the notebook points it at (a scheme it has no store for, or a local file store it
     refuses, is said now, not after the run)."""
     check_installed(options)
-    if "mlflow" in options.track:
-        check_store(tracking_uri())
+    for name in options.track:
+        sink_class(name).preflight(options)
 
 
 def recorder_for(run: Any, work: Any, options: RunOptions, parent: SweepRecorder | None = None) -> RunRecorder | None:

@@ -112,6 +112,10 @@ class MlflowSink(Sink):
         return str(settings.get("uri") or "")
 
     @classmethod
+    def preflight(cls, options: Any) -> None:
+        check_store(tracking_uri())
+
+    @classmethod
     def extras(cls) -> dict[str, Any]:
         """MLflow's own context tags (user, source, git commit), the source being the notebook when it is known."""
         from mlflow.tracking.context.registry import resolve_tags

@@ -69,6 +69,11 @@ class Sink:
         return ""
 
     @classmethod
+    def preflight(cls, options: Any) -> None:
+        """Before any rank starts: raise ``OptionsError`` for a destination the tracker will never take (so the run
+        does not train for a record nobody takes)."""
+
+    @classmethod
     def extras(cls) -> dict[str, Any]:
         """What the tracker adds to a run's record when it is recorded (tags of its own)."""
         return {}
