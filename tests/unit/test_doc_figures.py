@@ -89,7 +89,8 @@ def test_every_results_file_names_its_commit_date_and_machine():
             unnamed.append(path.name)
     for path in sorted(RESULTS.glob("*.json")):
         data = json.loads(path.read_text())
-        if not (re.match(r"[0-9a-f]{7,}", str(data.get("commit", ""))) and data.get("saved_at") and data.get("machine")):
+        named = re.match(r"[0-9a-f]{7,}", str(data.get("commit", ""))) and data.get("saved_at") and data.get("machine")
+        if not named:
             unnamed.append(path.name)
     assert unnamed == [], f"results files that do not say when, at which commit and on which machine: {unnamed}"
 
