@@ -119,8 +119,6 @@ def test_the_gallery_holds_every_example_executed_with_its_cells_as_they_are():
 # Gallery notebooks with no training curve to show, and why.
 NO_CURVE = {
     "07_debugging.ipynb": "failures, hangs and stacks: no run trains to its end",
-    "08_background_runs.ipynb": "its sweep cells are being reworked with the sweeps' renames; its members' curves "
-                                "plot goes in with them (issue 53, reported to the lead)",
 }
 
 
