@@ -65,7 +65,7 @@ def _row(entry: RunEntry, now: float, member: bool) -> list[str]:
     run_id = ("  " + entry["id"]) if member else entry["id"]
     cell = entry.get("params") if member else entry.get("cell")
     return [run_id, str(entry.get("state")), str(entry.get("notebook") or "-"), shown,
-            rate(entry.get("rate")) if entry.get("kind") == "run" else "-", _metric(entry),
+            rate(entry.get("rate")) if entry.get("kind") == "run" and going(entry) else "-", _metric(entry),
             str(entry.get("backend") or "-"), _age(entry, now), str(cell or "")]
 
 
@@ -77,7 +77,8 @@ def table(entries: list[RunEntry], now: float | None = None) -> list[str]:
         if e.get("sweep"):
             continue
         rows.append(_row(e, now, False))
-        rows += [_row(m, now, True) for m in entries if m.get("sweep") == e["id"]]
+        members = sorted((m for m in entries if m.get("sweep") == e["id"]), key=lambda m: m.get("number", 0))
+        rows += [_row(m, now, True) for m in members]
     return text_table(COLUMNS, rows, widest=60, free_last=True)
 
 

@@ -2,14 +2,16 @@
 
 Listed: every run and sweep still going, and the last ``KEEP_ENDED`` ended runs and ``KEEP_SWEEPS`` ended sweeps (a
 sweep with all its members). The cell of a run is the cell that was executing when the run was submitted (IPython's
-``pre_run_cell`` says each cell's id and source as it starts); a sweep member's is its sweep's. Links: the MLflow run
-(``--track mlflow``), the TensorBoard folder (``--track tensorboard``), the Spark UI of the session a Spark run used.
+``pre_run_cell`` says each cell's id and source as it starts); a sweep member's is its sweep's. Links: where the run
+is recorded (``--track``: ``run.tracking``, the MLflow server's run page, W&B's, TensorBoard's folder), the Spark UI
+of the session a Spark run used.
 """
 from __future__ import annotations
 
 import bisect
 import sys
 import threading
+import time
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -52,16 +54,32 @@ def _spark_ui() -> str | None:
     return str(url) if url else None
 
 
-def _mlflow_link(run: Any) -> dict[str, str] | None:
-    run_id = run.mlflow_run_id if getattr(run, "record_key", None) else None
-    if not run_id:
-        return None
-    from ..tracking.names import tracking_uri
+_LABELS: Final = {"mlflow": "MLflow", "tensorboard": "TensorBoard", "wandb": "W&B"}
+TRACKING_LATE_S: Final = 120.0   # an ended run's tracker links may still come (records go every few seconds)
 
-    uri = tracking_uri() or ""
-    if uri.startswith(("http://", "https://")):
-        return {"kind": "mlflow", "label": "MLflow", "url": f"{uri.rstrip('/')}/#/runs/{run_id}"}
-    return {"kind": "mlflow", "label": f"MLflow run {run_id}", "path": uri}
+
+def tracker_links(run: Any) -> list[dict[str, str]]:
+    """Where the run is recorded (``run.tracking``): a page to open when the tracker has one (an MLflow server's
+    run page, W&B's), else the folder or store (TensorBoard's files, an offline W&B run, a local MLflow store)."""
+    try:
+        tracked = dict(run.tracking)
+    except Exception:
+        return []
+    links = []
+    for kind, ref in tracked.items():
+        label = _LABELS.get(kind, kind)
+        if kind == "mlflow":
+            from ..tracking.names import tracking_uri
+
+            uri = tracking_uri() or ""
+            links.append({"kind": kind, "label": label, "url": f"{uri.rstrip('/')}/#/runs/{ref}"}
+                         if uri.startswith(("http://", "https://")) else
+                         {"kind": kind, "label": f"{label} run {ref}", "path": uri})
+        elif str(ref).startswith(("http://", "https://")):
+            links.append({"kind": kind, "label": label, "url": str(ref)})
+        else:
+            links.append({"kind": kind, "label": label, "path": str(ref)})
+    return links
 
 
 class KernelRuns:
@@ -72,7 +90,7 @@ class KernelRuns:
         self._cells: list[Cell] = []
         self._lock = threading.Lock()
         self._sweeps: dict[int, tuple[int, Any]] = {}   # id(sweep) -> (its number, the sweep)
-        self._links: dict[int, dict[str, dict[str, str] | None]] = {}
+        self._spark: dict[int, dict[str, str] | None] = {}
         self._final: dict[int, RunEntry] = {}   # ended runs' entries, made once
 
     # -- cells (IPython's pre_run_cell, on the kernel's main thread) ---------------------------------
@@ -129,7 +147,9 @@ class KernelRuns:
         entry = run_entry(run, latest_frame(run), kernel_id=self.kernel_id, short=self.short,
                           notebook=self.notebook, cell=cell, sweep=sweep_id)
         entry["links"] = self._links_of(run, entry)
-        if ended:
+        late = run.options.track and len(entry["links"]) < len(run.options.track) and \
+            time.time() - (run.ended_at or 0.0) < TRACKING_LATE_S
+        if ended and not late:
             self._final[run.id] = entry
         return entry
 
@@ -137,16 +157,12 @@ class KernelRuns:
         """Runs no longer listed: their entries and links go."""
         for done in [n for n in self._final if n not in keep]:
             self._final.pop(done, None)
-            self._links.pop(done, None)
+            self._spark.pop(done, None)
 
     def _links_of(self, run: Any, entry: RunEntry) -> list[dict[str, str]]:
-        known = self._links.setdefault(run.id, {})
-        if "mlflow" not in known and (mlflow := _mlflow_link(run)) is not None:
-            known["mlflow"] = mlflow   # once the tracking server has made the run
-        folder = getattr(getattr(_driver(run), "recorder", None), "folder", None)
-        if "tensorboard" not in known and folder and "tensorboard" in run.options.track:
-            known["tensorboard"] = {"kind": "tensorboard", "label": "TensorBoard", "path": str(folder)}
-        if "spark" not in known and entry.get("backend") == "spark":
-            url = _spark_ui()   # looked up once per run (None: the session's UI is off)
-            known["spark"] = {"kind": "spark", "label": "Spark UI", "url": url} if url else None
-        return [link for link in known.values() if link is not None]
+        """The trackers' links as they come, and the Spark UI (looked up once per run: None when it is off)."""
+        if run.id not in self._spark and entry.get("backend") == "spark":
+            url = _spark_ui()
+            self._spark[run.id] = {"kind": "spark", "label": "Spark UI", "url": url} if url else None
+        spark = self._spark.get(run.id)
+        return tracker_links(run) + ([spark] if spark else [])

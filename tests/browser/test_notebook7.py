@@ -103,3 +103,16 @@ def test_live_rows_move_then_the_value_and_the_report_render(nb7: Notebook7) -> 
 def test_stop_button_interrupts_the_run(nb7: Notebook7) -> None:
     """The Stop button goes through the plugin (plugin.ts): it finds the notebook in the shell's main area."""
     check_stop_button(nb7, "nb7-report-stopped")
+
+
+def test_the_runs_panel_opens_in_the_left_sidebar(nb7: Notebook7) -> None:
+    """Notebook 7 has the "Distributed runs" panel too (View, Left Sidebar, Show Distributed runs: its caption), with
+    this notebook's runs as the kernel ended them (the tree page's shell has the same sidebar)."""
+    page = nb7.page
+    page.evaluate("() => window.jupyterapp.commands.execute('jupyter-torchdist:show-runs')")
+    panel = page.locator("#jupyter-torchdist-runs")
+    panel.locator(".jp-TorchDist-runs-row[data-state='stopped']").wait_for(timeout=30_000)
+    assert panel.locator(".jp-TorchDist-runs-groupName").all_inner_texts() == ["views.ipynb"]
+    states = panel.locator(".jp-TorchDist-runs-row").evaluate_all("rs => rs.map(r => r.dataset.state)")
+    assert sorted(states) == ["done", "stopped"], states
+    nb7.shot("nb7-runs-panel")

@@ -79,6 +79,26 @@ def test_a_many_rank_runs_entry_takes_the_median_rank() -> None:
     assert entry["step"] == 11 and entry["host_count"] == 25 and len(entry["hosts"]) == 8
 
 
+def test_tracker_links_open_the_trackers_pages_or_name_their_folders(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What ``run.tracking`` says (the tracking tests check that it is right), as the panel's links."""
+    from types import SimpleNamespace
+
+    from jupyter_torchdist.panel.kernel_runs import tracker_links
+    from jupyter_torchdist.tracking import names
+
+    monkeypatch.setattr(names, "tracking_uri", lambda: "http://127.0.0.1:5000/")   # MLflow's, as the kernel sees it
+    run = SimpleNamespace(tracking={"mlflow": "abc123", "tensorboard": "/home/u/runs/run1",
+                                    "wandb": "https://wandb.ai/u/p/runs/xyz"})
+    assert tracker_links(run) == [
+        {"kind": "mlflow", "label": "MLflow", "url": "http://127.0.0.1:5000/#/runs/abc123"},
+        {"kind": "tensorboard", "label": "TensorBoard", "path": "/home/u/runs/run1"},
+        {"kind": "wandb", "label": "W&B", "url": "https://wandb.ai/u/p/runs/xyz"}]
+    monkeypatch.setattr(names, "tracking_uri", lambda: "sqlite:///mlflow.db")
+    assert tracker_links(SimpleNamespace(tracking={"mlflow": "abc123"})) == [
+        {"kind": "mlflow", "label": "MLflow run abc123", "path": "sqlite:///mlflow.db"}]
+    assert tracker_links(Run(1, "t", parse_options("-n 2"))) == [], "not tracked: no links"
+
+
 def test_the_file_is_written_on_change_at_most_every_write_s_and_on_a_heartbeat(kernel: Any) -> None:
     run, driver = _run(1)
     kernel.held.append(run)
