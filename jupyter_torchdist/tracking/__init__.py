@@ -11,7 +11,7 @@ from typing import Any
 
 from ..core.options import RunOptions
 from ..core.track_options import check_environment as check_installed
-from .registry import sink_class
+from .registry import imported, sink_class
 from .recorder import RunRecorder, SweepRecorder
 from .shipper import flush, tracking
 
@@ -24,6 +24,7 @@ def check_environment(options: RunOptions) -> None:
     refuses, is said now, not after the run)."""
     check_installed(options)
     for name in options.track:
+        imported(name)
         sink_class(name).preflight(options)
 
 

@@ -61,6 +61,7 @@ class Shipper(Protocol):
     def made(self, tracker: str, key: str, ref: str) -> None: ...
     def say(self, text: str) -> None: ...
     def finished(self, jid: str) -> None: ...
+    def ready(self, tracker: str) -> None: ...   # the tracker's package imported (one thread at a time)
 
 
 class Lane:
@@ -134,6 +135,8 @@ class Lane:
             if time.monotonic() < self.retry_at:
                 return
             try:
+                if self.jids:
+                    self.shipper.ready(self.tracker)
                 for jid in list(self.jids):
                     if self._ship(jid):
                         self.forget(jid)

@@ -4,12 +4,24 @@ recorded (``destinations``, ``extras``), and how the view and messages name them
 from __future__ import annotations
 
 import importlib
+import threading
 from typing import Any
 
 from ..core.trackers import REGISTRY
 from .sink import Sink
 
-__all__ = ["sink_class", "new_sinks", "destinations", "extras", "address"]
+__all__ = ["sink_class", "new_sinks", "destinations", "extras", "address", "imported"]
+
+_IMPORTING = threading.Lock()
+
+
+def imported(name: str) -> None:
+    """The tracker's package imported, one thread at a time: the shipper's lanes and the kernel's own thread may all
+    reach for it at once, and a package such as MLflow, imported by two threads at once, can deadlock on its own
+    circular imports or leave a module half made."""
+    package = REGISTRY[name].package
+    with _IMPORTING:
+        importlib.import_module(package)
 
 
 def sink_class(name: str) -> type[Sink]:
@@ -30,6 +42,8 @@ def new_sinks() -> dict[str, Sink]:
 
 def destinations(track: tuple[str, ...], options: Any) -> dict[str, dict[str, Any]]:
     """Where each tracker of a run records, as this kernel resolves it now."""
+    for name in track:
+        imported(name)
     return {name: sink_class(name).destination(options) for name in track}
 
 
@@ -37,6 +51,7 @@ def extras(track: tuple[str, ...]) -> dict[str, dict[str, Any]]:
     """What each tracker adds to a run's record when it is recorded."""
     out = {}
     for name in track:
+        imported(name)
         added = sink_class(name).extras()
         if added:
             out[name] = added
