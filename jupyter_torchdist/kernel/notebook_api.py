@@ -58,8 +58,8 @@ def run(fn: Callable[..., Any], *args: Any, n: int = 2, gpu: bool = False, local
     prepare its batches (default: the session's task slots beyond the ranks'). ``max_restarts`` and
     ``checkpoint_dir`` are ``--max-restarts`` and ``--checkpoint-dir`` (``jupyter_torchdist.commit``/``restore``).
     With ``background=True`` a ``Run`` handle comes back at once (``.result()`` gives the value later).
-    ``track`` ("mlflow", "tensorboard", "mlflow,tensorboard", "none"), ``experiment``, ``logdir`` and ``profile``
-    (True, or "START:STOP") are ``--track``, ``--experiment``, ``--logdir`` and ``--profile``.
+    ``track`` ("mlflow", "tensorboard", "wandb", several with commas, "none"), ``experiment``, ``logdir`` and
+    ``profile`` (True, or "START:STOP") are ``--track``, ``--experiment``, ``--logdir`` and ``--profile``.
     """
     if background:
         options = RunOptions(n=n, gpu=gpu, local=local, timeout=timeout, all_ranks=all_ranks,

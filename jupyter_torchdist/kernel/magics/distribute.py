@@ -67,8 +67,8 @@ class DistributeMagics(Magics):
     max_background_runs = Int(0, help="How many background runs and sweeps one notebook may have going at once; 0: "
                               f"no limit. {limits.ENV['background_runs']} wins.").tag(config=True)
 
-    track = Unicode("", help="What a run without --track records: mlflow, tensorboard, mlflow,tensorboard, or none "
-                    f"(''/unset: ${TRACK_ENV}, else nothing). --track on a cell wins.").tag(config=True)
+    track = Unicode("", help="What a run without --track records: mlflow, tensorboard, wandb, several with commas, or "
+                    f"none (''/unset: ${TRACK_ENV}, else nothing). --track on a cell wins.").tag(config=True)
 
     @observe("track")
     def _track_changed(self, _: Any = None) -> None:
