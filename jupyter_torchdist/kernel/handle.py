@@ -9,9 +9,11 @@ whether there was anything to stop. Whoever drives it calls ``_end()`` once, whe
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import Any, Final
 
 __all__ = ["Handle"]
+
+SHOWN_MAX: Final = 8   # the displays of a handle kept up to date (a cell's value, and a few looks at it later)
 
 
 class Handle:
@@ -20,6 +22,7 @@ class Handle:
     def __init__(self) -> None:
         self._ended = threading.Event()
         self._error: BaseException | None = None
+        self._shown: list[Any] = []   # the notebook's displays of it (IPython's DisplayHandle), kept up to date
 
     # -- the verbs every handle shares -------------------------------------------------------------------
     @property
@@ -64,5 +67,29 @@ class Handle:
         raise NotImplementedError
 
     def _end(self) -> None:
-        """Its outcome is set: everybody waiting wakes."""
+        """Its outcome is set: everybody waiting wakes, and its displays say how it ended."""
         self._ended.set()
+        self._redisplay()
+
+    # -- how it shows in a notebook ----------------------------------------------------------------------------
+    def _ipython_display_(self) -> None:
+        """A cell whose value is a handle (a ``--background`` or ``--sweep`` cell's) shows its line as a display the
+        handle updates when its state changes, so a saved notebook reads how the run ended, not "queued". ``_`` is
+        the handle all the same (IPython sets it whatever displays the value)."""
+        from IPython import get_ipython
+        from IPython.display import display
+
+        bundle = {"text/plain": repr(self)}
+        if getattr(get_ipython(), "kernel", None) is None:  # a terminal: printed once (an update would print again)
+            display(bundle, raw=True)  # type: ignore[no-untyped-call]
+            return
+        handle = display(bundle, raw=True, display_id=True)  # type: ignore[no-untyped-call]
+        self._shown = [*self._shown, handle][-SHOWN_MAX:]
+
+    def _redisplay(self) -> None:
+        """Its displays say its state now (from whichever thread changed it: front ends find a display by its id)."""
+        for handle in self._shown:
+            try:
+                handle.update({"text/plain": repr(self)}, raw=True)
+            except Exception:
+                pass  # the kernel is going away: nothing left to update

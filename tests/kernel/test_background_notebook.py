@@ -25,6 +25,10 @@ def test_the_background_run_trains_while_the_next_cell_runs_and_its_view_becomes
     shown = reports(executed)
     assert shown and shown[0]["status"] == "succeeded" and shown[0]["background"] is True
     assert [r["step"] for r in shown[0]["ranks"]] == [30, 30]
+    # the cell's value, the run's handle, shows how the run ended in the saved notebook (its display is updated)
+    handles = [o["data"]["text/plain"] for o in outputs(executed) if o.get("data", {}).get("text/plain", "")
+               .startswith("<Run ")]
+    assert handles and all(h.endswith(": done>") for h in handles), handles
 
 
 def test_the_sweep_shows_its_table_its_best_run_and_its_saved_comparison(executed):

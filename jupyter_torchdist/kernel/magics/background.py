@@ -1,6 +1,7 @@
 """The magic's background side: ``--background`` and ``--sweep`` cells, and ``%distribute_wait``. Only wiring."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from IPython.core.error import UsageError
@@ -13,18 +14,22 @@ from ..runs.registry import find, last_background
 from ..sweeps.sweep import Sweep
 from ..sweeps.start import sweep_cell
 
-__all__ = ["run_background", "run_sweep", "wait_for"]
+__all__ = ["run_background", "run_sweep", "wait_for", "stores_output"]
+
+
+def stores_output(shell: Any, name: str | None) -> Callable[[Run], None]:
+    """``-o NAME`` of a cell that runs on: the notebook's NAME is set to the run's value if it succeeds, before
+    ``%distribute_wait`` or ``run.wait()`` return."""
+    def store(run: Run) -> None:
+        if name and run.state == "done":
+            shell.user_ns[name] = run.value
+    return store
 
 
 def run_background(shell: Any, work: Work, options: RunOptions) -> Run:
     """Start the run, its view in this cell; the handle is the cell's value. ``-o NAME`` is set when it succeeds."""
-    name = options.output
-
-    def store(run: Run) -> None:
-        if name and run.state == "done":
-            shell.user_ns[name] = run.result()
-
-    return launch_background(work, options, make_view(shell, options.quiet, background=True), on_end=store)
+    view = make_view(shell, options.quiet, background=True)
+    return launch_background(work, options, view, on_outcome=stores_output(shell, options.output))
 
 
 def run_sweep(shell: Any, work: Work, options: RunOptions) -> Sweep:

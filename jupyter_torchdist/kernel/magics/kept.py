@@ -18,8 +18,8 @@ from ..pickling import pack
 from ..runs.restarts import ContinuedView
 from ..runs.result import RunResult
 from ..runs.launch import Work
-from ..runs.run import Run
 from ..runs.registry import background_going, new_run
+from .background import stores_output
 
 __all__ = ["run_kept", "stop_kept", "kept", "debug_kept"]
 
@@ -102,7 +102,8 @@ def run_kept(shell: Any, line: str, cell: str, options: RunOptions, number: int)
     if options.background:
         check_background(background_going())
         d = background_run(payload, run_options, view, work, attempts)
-        start_on_thread(d, on_end=_stores(shell, options.output), pools=lambda: [ranks.turn(d.run)])
+        d.run.on_outcome.append(stores_output(shell, options.output))
+        start_on_thread(d, pools=lambda: [ranks.turn(d.run)])
         return d.run
     run = new_run(work.title, run_options)
     scheduled = ScheduledRun(run, payload, run_options, work, ContinuedView(view), attempts)
@@ -110,14 +111,6 @@ def run_kept(shell: Any, line: str, cell: str, options: RunOptions, number: int)
     if options.output:
         shell.user_ns[options.output] = result.value
     return result.value
-
-
-def _stores(shell: Any, name: str | None) -> Any:
-    """What a background cell does when it ends: ``-o NAME`` is set to its value if it succeeded."""
-    def store(run: Run) -> None:
-        if name and run.state == "done":
-            shell.user_ns[name] = run.result()
-    return store
 
 
 def ranks_cells(ranks: Ranks) -> int:

@@ -59,12 +59,15 @@ def launch(work: Work, options: RunOptions, view: RunView | None = None) -> RunR
 
 
 def launch_background(work: Work, options: RunOptions, view: RunView | None = None, *,
-                      on_end: Callable[[Run], None] | None = None) -> Run:
+                      on_outcome: Callable[[Run], None] | None = None) -> Run:
     """Start ``work`` on fresh ranks and return its handle at once (``Run``); the run goes on on a thread of its own,
-    waiting its turn for slots first. ``on_end`` is called with the handle once the run has ended."""
+    waiting its turn for slots first. ``on_outcome`` is called with the handle once its outcome is set, before anyone
+    waiting on it wakes."""
     check_background(background_going())
     d = prepare_background(work, options, view)
-    start_on_thread(d, on_end)
+    if on_outcome is not None:
+        d.run.on_outcome.append(on_outcome)
+    start_on_thread(d)
     return d.run
 
 
@@ -98,6 +101,7 @@ def _attempts(d: ScheduledRun) -> RunResult:
                 raise RunInterrupted(f"stopped by {d.run.stop_asked} before attempt {len(failed) + 1} started")
             ranks = RankSet(options)
             d.run.attach(ranks.inbox)
+            d.run.where = ranks.info.label   # where it runs, in words: "spark local[4]", "local processes"
             if folder is None:
                 folder = CheckpointFolder.for_run(options, ranks.info.loopback, kept=d.commits)
             ranks.checkpoint, ranks.attempt, ranks.number = folder.where, len(failed) + 1, d.run.id

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import html
 import queue
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -57,6 +58,8 @@ class Run(Handle):
         self._details: RunResult | None = None
         self._ending: tuple[str, str] | None = None   # a sweep's own end for it: ("stopped_early" | "failed", why)
         self.recorded: Callable[[], None] | None = None   # ends the run's record, once its outcome is set
+        # called once its outcome is set, before anyone waiting on it wakes (-o NAME is set by then)
+        self.on_outcome: list[Callable[[Run], None]] = []
         self.record_key: str | None = None   # its record's key (--track): each tracker's run is found by it
         self.driver: Callable[[], Any] | None = None   # a weak reference to what drives it (runs.scheduling's
         # ScheduledRun: its view's latest frame, its record), for the runs panel; gone with the driver
@@ -66,6 +69,12 @@ class Run(Handle):
     def state(self) -> str:
         """queued, running, done, failed, stopped, or (a sweep's member its rule stopped early) stopped_early."""
         return self._state
+
+    @property
+    def value(self) -> Any:
+        """Its value (rank 0's, or every rank's with ``all_ranks``) once it is done; None before, and when it ended
+        otherwise. ``result()`` waits for it, and raises a failed run's error."""
+        return self._outcome if self._state == "done" else None
 
     @property
     def details(self) -> RunResult | None:
@@ -135,6 +144,7 @@ class Run(Handle):
 
     def running(self) -> None:
         self._state, self.started_at, self.waiting_for = "running", self.started_at or time.time(), None
+        self._redisplay()
 
     def finish(self, value: Any, details: RunResult | None, error: BaseException | None) -> None:
         with self._lock:
@@ -151,6 +161,11 @@ class Run(Handle):
             self._on_end(self)
         if self.recorded is not None:
             self.recorded()   # the run's record ends before anyone waiting on it wakes (--track)
+        for hook in self.on_outcome:
+            try:
+                hook(self)
+            except Exception as exc:  # a hook never costs the run its end
+                print(f"jupyter-torchdist warning: after run {self.id}: {type(exc).__name__}: {exc}", file=sys.stderr)
         self._end()
 
     def forget(self) -> None:
@@ -169,6 +184,11 @@ class Run(Handle):
         return (self.waiting_for or "")[:200]
 
     def seconds(self) -> float | None:
+        """How long it has run: once ended, as its report says (its ranks' start to its end); while it runs, since
+        its turn came (its ranks' start included)."""
+        state = getattr(self._details, "state", None)
+        if state is not None and state.ended_at is not None and state.started_at:
+            return float(state.ended_at - state.started_at)
         if self.started_at is None:
             return None
         return (self.ended_at or time.time()) - self.started_at

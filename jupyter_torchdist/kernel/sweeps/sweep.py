@@ -356,6 +356,7 @@ class Sweep(Handle):
         except Exception:
             pass  # the search's bookkeeping never ends the sweep; the member's row has its end
         self._save(member)
+        self._redisplay()   # its line in the notebook counts the members' states
 
     def _save(self, member: Member) -> None:
         if self.store is not None:
