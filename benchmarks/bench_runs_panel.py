@@ -199,7 +199,8 @@ def main() -> None:
     args = parse_args()
     started = time.perf_counter()
     info = common.begin(f"bench_runs_panel: {KERNELS} kernels x {RUNS_PER_KERNEL} runs = "
-                        f"{KERNELS * RUNS_PER_KERNEL} runs listed")
+                        f"{KERNELS * RUNS_PER_KERNEL} runs listed, each rank reporting every {args.every:g} s; "
+                        f"{args.rounds} rounds of {args.window:g} s with the publishers on, then off")
     lab = Lab(Path(tempfile.mkdtemp(prefix="bench-runs-panel-")))
     kernels: list[KernelSession] = []
     try:
@@ -219,8 +220,9 @@ def main() -> None:
         for ks in kernels:
             ks.close()
         lab.stop()
-    common.finish("bench_runs_panel", {"machine": info, "phases": phases, "quiet": quiet, **values}, started,
-                  values)
+    common.finish("bench_runs_panel", {"machine": info, "args": vars(args), "kernels": KERNELS,
+                                       "runs_per_kernel": RUNS_PER_KERNEL, "phases": phases, "quiet": quiet, **values},
+                  started, values)
 
 
 if __name__ == "__main__":
