@@ -60,6 +60,8 @@ class Inbox:
         self.path = asks_dir(folder, kernel_id)
         self.path.mkdir(mode=0o700, exist_ok=True)
         ensure_private(self.path)
+        for entry in os.scandir(self.path):   # left for this kernel id's previous process (a restarted kernel keeps
+            remove(Path(entry.path))          # its id, and its run numbers start again: "stop 1" was not for ours)
         self._seen: int | None = None
 
     def take(self) -> list[dict[str, Any]]:

@@ -36,6 +36,8 @@ class Reports:
         self.path = path
         self.path.mkdir(mode=0o700, exist_ok=True)
         ensure_private(self.path)
+        for name in os.listdir(self.path):   # a restarted kernel keeps its id: its previous process's reports
+            remove(self.path / name)         # would pass for the new runs of the same numbers
         self._written: dict[str, float] = {}   # target -> when its report was last written
         self._final: set[str] = set()          # targets whose last report is written
 

@@ -177,6 +177,13 @@ def test_a_request_left_in_the_same_clock_tick_as_the_last_look_is_still_taken(r
     assert [t["target"] for t in inbox.take()] == ["1"]
 
 
+def test_a_restarted_kernel_takes_no_request_left_for_its_previous_process(reg: Path) -> None:
+    """A kernel restarted by its server keeps its id and numbers its runs from 1 again."""
+    Inbox(reg, "k1")
+    ask(reg, "k1", "stop", "1", by="x")
+    assert Inbox(reg, "k1").take() == []
+
+
 def test_closing_the_inbox_drops_what_was_left(reg: Path) -> None:
     inbox = Inbox(reg, "k1")
     path = ask(reg, "k1", "stop", "1", by="x")
