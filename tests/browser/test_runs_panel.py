@@ -4,8 +4,9 @@ Two notebooks each start a background run; the panel lists both, live, grouped b
 `jupyter-torchdist runs`; Stop in the panel ends one "stopped" in its notebook while the other trains on; its report
 opens in a tab; a sweep is one row that opens to its members; a foreground run in a busy kernel stops from the panel
 too; a closed notebook's run stays listed while its kernel trains, and "Cell" reopens the notebook at the run's cell;
-a second server with another runtime directory sees none of it. One server and browser for the module (the two
-tests run in order on it). With JUPYTER_TORCHDIST_DOCS_SHOT=1 the panel is also shot into docs/runs-panel.png.
+a second server with another runtime directory sees none of it; when the server goes, each kernel's file says it
+ended and no process is left. One server and browser for the module (the two tests run in order on it). With
+JUPYTER_TORCHDIST_DOCS_SHOT=1 the panel is also shot into docs/runs-panel.png.
 """
 from __future__ import annotations
 
@@ -19,8 +20,12 @@ from typing import Any
 
 import pytest
 
+from jupyter_torchdist.panel.folder import registry_dir
+from jupyter_torchdist.panel.registry import read_records
+
 from ..support import ROOT
 from ..support.browser import ARTIFACTS, LIVE, REPORT, Lab, notebook_json, skip_reason
+from ..support.procs import all_gone, descendants_of
 from ..support.runs_api import ApiServer, listed
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(600)]
@@ -104,7 +109,12 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
                 lab.shot("runs-panel-last")
             except Exception:
                 pass
+        family = descendants_of(lab.proc.pid) if lab.proc is not None else set()
         lab.stop()
+    assert all_gone(family), "a kernel, a rank or a server outlived the server"
+    folder = registry_dir(lab.tmp / "runtime")
+    ended = {r["kernel_id"]: r["ended"] is not None for r in read_records(folder)} if folder else {}
+    assert len(ended) == 2 and all(ended.values()), f"each kernel says in its file that it ended: {ended}"
 
 
 def _steps(lab: Lab, run_id: str) -> str:
