@@ -19,7 +19,6 @@ from ..runs.restarts import ContinuedView
 from ..runs.result import RunResult
 from ..runs.launch import Work
 from ..runs.registry import background_going, new_run
-from .background import stores_output
 
 __all__ = ["run_kept", "stop_kept", "kept", "debug_kept"]
 
@@ -102,6 +101,8 @@ def run_kept(shell: Any, line: str, cell: str, options: RunOptions, number: int)
     if options.background:
         check_background(background_going())
         d = background_run(payload, run_options, view, work, attempts)
+        from .background import stores_output  # here: importing jupyter_torchdist must not import IPython
+
         d.run.on_outcome.append(stores_output(shell, options.output))
         start_on_thread(d, pools=lambda: [ranks.turn(d.run)])
         return d.run
