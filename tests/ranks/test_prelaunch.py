@@ -22,7 +22,7 @@ SCRIPT = textwrap.dedent(r"""
     import json, os, sys, time
     from IPython.core.interactiveshell import InteractiveShell
     import jupyter_torchdist as jt
-    from jupyter_torchdist.launchers import spark_session as backend
+    from jupyter_torchdist.launchers.session import embedded as backend
 
     def emit(**kw):
         print("RESULT " + json.dumps(kw), flush=True)
