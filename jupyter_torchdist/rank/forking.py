@@ -17,9 +17,10 @@ import pickle
 import signal
 import sys
 import traceback
-from typing import Any, Callable
+from typing import Any, Callable, NoReturn
 
-__all__ = ["RankProcess", "fork_rank", "set_parent_death_signal", "describe_status", "cuda_touched", "spawn_rank"]
+__all__ = ["RankProcess", "fork_rank", "set_parent_death_signal", "describe_status", "cuda_touched", "spawn_rank",
+           "child_runs"]
 
 PR_SET_PDEATHSIG = 1
 
@@ -90,9 +91,17 @@ def fork_rank(body: Callable[[], int]) -> RankProcess:
     pid = os.fork()
     if pid:
         return RankProcess(pid)
+    child_runs(parent, body, own_group=True)
+
+
+def child_runs(parent: int, body: Callable[[], int], own_group: bool = False) -> NoReturn:
+    """A rank's child process, forked or spawned, from start to end: in a process group of its own if asked, dying
+    with ``parent`` (gone already: it ends at once), then ``body``, its traceback if it raised, and ``os._exit`` with
+    ``body``'s code (70 when it did not return one), its output flushed."""
     code = 70
     try:
-        os.setpgid(0, 0)
+        if own_group:
+            os.setpgid(0, 0)
         set_parent_death_signal()
         if os.getppid() != parent:  # the parent died before the signal was armed
             os._exit(code)
@@ -103,7 +112,11 @@ def fork_rank(body: Callable[[], int]) -> RankProcess:
         except BaseException:
             pass
     finally:
-        os._exit(code)
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
 
 
 def cuda_touched() -> bool:

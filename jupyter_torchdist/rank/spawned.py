@@ -9,32 +9,27 @@ import os
 import pickle
 import sys
 import traceback
+from typing import Any
 
-from .forking import set_parent_death_signal
+from .forking import child_runs
 
 
 def main() -> None:
-    code = 70
     try:
         parent, args = pickle.load(sys.stdin.buffer)
-        set_parent_death_signal()
-        if os.getppid() != parent:  # the parent died before the signal was armed
-            os._exit(code)
+    except BaseException:
+        traceback.print_exc()
+        os._exit(70)
+
+    def body(args: tuple[Any, ...] = args) -> int:
         fd = os.open(os.devnull, os.O_RDONLY)
         os.dup2(fd, 0)  # the pipe is spent; the rank's stdin is nothing, as a Spark task's is
         os.close(fd)
         from .main import rank_main
 
-        code = rank_main(*args)
-    except BaseException:
-        try:
-            traceback.print_exc()
-        except BaseException:
-            pass
-    finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
+        return rank_main(*args)
+
+    child_runs(parent, body)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ..support.kernel import Kernel, loaded_kernel
+from ..support.kernel import loaded_kernel
 
 pytestmark = pytest.mark.spark
 
@@ -24,22 +24,16 @@ def kernel():
         yield k
 
 
-def _text(k: Kernel, code: str, **kw) -> str:
-    r = k.execute(code, **kw)
-    assert r["status"] == "ok", k.text(r)
-    return k.text(r).strip()
-
-
 def test_a_third_run_waits_its_turn_for_slots_and_starts_when_one_ends(kernel):
     for steps in (40, 40, 5):
         assert kernel.execute(SLEEPY.format(steps=steps, value=steps))["status"] == "ok"
-    states = _text(kernel, "a, b, c = jt.runs()[-3:]\nimport time\nt0 = time.time()\n"
-                           "while 'queued' in (a.state, b.state) and time.time() - t0 < 60: time.sleep(0.1)\n"
-                           "print(a.state, b.state, c.state)")
+    states = kernel.ok("a, b, c = jt.runs()[-3:]\nimport time\nt0 = time.time()\n"
+                       "while 'queued' in (a.state, b.state) and time.time() - t0 < 60: time.sleep(0.1)\n"
+                       "print(a.state, b.state, c.state)")
     assert states == "running running queued", states
-    waited = _text(kernel, "for r in (a, b, c): r.wait(120)\nprint([r.state for r in (a, b, c)])\n"
-                           "print(c.started_at >= min(a.ended_at, b.ended_at))\n"
-                           "print(c.details.report().snapshot['backend'])")
+    waited = kernel.ok("for r in (a, b, c): r.wait(120)\nprint([r.state for r in (a, b, c)])\n"
+                       "print(c.started_at >= min(a.ended_at, b.ended_at))\n"
+                       "print(c.details.report().snapshot['backend'])")
     states, after, backend = waited.splitlines()
     assert states == "['done', 'done', 'done']" and after == "True"
     assert "local[4]" in backend and "embedded" not in backend
@@ -48,24 +42,24 @@ def test_a_third_run_waits_its_turn_for_slots_and_starts_when_one_ends(kernel):
 def test_a_queued_run_says_which_runs_hold_the_slots(kernel):
     for steps in (30, 30, 2):
         kernel.execute(SLEEPY.format(steps=steps, value=repr(steps)))
-    said = _text(kernel, "a, b, c = jt.runs()[-3:]\nimport time\nt0 = time.time()\n"
-                         "while 'it goes next' not in (c.waiting_for or '') and time.time() - t0 < 60: "
-                         "time.sleep(0.05)\nprint(c.waiting_for)\nprint(jt.runs())")
+    said = kernel.ok("a, b, c = jt.runs()[-3:]\nimport time\nt0 = time.time()\n"
+                     "while 'it goes next' not in (c.waiting_for or '') and time.time() - t0 < 60: "
+                     "time.sleep(0.05)\nprint(c.waiting_for)\nprint(jt.runs())")
     # (for a moment the second run may still be on its way to its slots: "2 of 4 free; ahead of it: run N")
     assert said.startswith("queued: needs 2 task slots of the Spark session, 0 of 4 free; held by run ") and \
         "it goes next" in said.splitlines()[0], said
     assert "queued: needs 2 task slots" in said.splitlines()[-1]  # the runs table says it too
-    assert _text(kernel, "%distribute_wait") == "2"
+    assert kernel.ok("%distribute_wait") == "2"
 
 
 def test_an_interrupt_of_the_users_own_spark_job_leaves_our_runs_training(kernel):
     assert kernel.execute(SLEEPY.format(steps=40, value="'trained'"))["status"] == "ok"
-    _text(kernel, "run = jt.runs()[-1]\nimport time\nt0 = time.time()\n"
-                  "while run.state != 'running' and time.time() - t0 < 60: time.sleep(0.1)")
+    kernel.ok("run = jt.runs()[-1]\nimport time\nt0 = time.time()\n"
+              "while run.state != 'running' and time.time() - t0 < 60: time.sleep(0.1)")
     r = kernel.execute("spark.sparkContext.parallelize(range(2), 2).map(lambda x: __import__('time').sleep(60))"
                        ".collect()", interrupt_after=2.0, timeout=60)
     assert r["status"] == "error" and r["error"]["ename"] == "KeyboardInterrupt", kernel.text(r)
-    assert _text(kernel, "print(run.result(timeout=60), run.state)") == "trained done"
+    assert kernel.ok("print(run.result(timeout=60), run.state)") == "trained done"
 
 
 def test_a_sweep_of_six_runs_two_at_a_time_with_one_comparison_view_and_a_table(kernel):
@@ -76,13 +70,13 @@ def test_a_sweep_of_six_runs_two_at_a_time_with_one_comparison_view_and_a_table(
                        "if lr == 0.01 and batch == 64:\n    raise ValueError('diverged')\n{'loss': lr * batch}",
                        watch=seen.append)
     assert r["status"] == "ok" and "<Sweep of 6 members over lr, batch" in kernel.text(r), kernel.text(r)
-    table = _text(kernel, "import pandas as pd\npd.set_option('display.width', 250)\ndf = %distribute_wait\n"
-                          "print(df[['lr', 'batch', 'state', 'value.loss', 'loss']].to_string())\n"
-                          "s = jt.runs()[-1].sweep\nprint(s.best('loss').params, s.concurrent)", watch=seen.append)
+    table = kernel.ok("import pandas as pd\npd.set_option('display.width', 250)\ndf = %distribute_wait\n"
+                      "print(df[['lr', 'batch', 'state', 'value.loss', 'loss']].to_string())\n"
+                      "s = jt.runs()[-1].sweep\nprint(s.best('loss').params, s.concurrent)", watch=seen.append)
     lines = table.splitlines()
     assert len(lines) == 1 + 6 + 1 and lines[-1] == "{'lr': 0.001, 'batch': 32} 2", table
     assert [line.split()[3] for line in lines[1:7]] == ["done", "done", "done", "failed", "done", "done"]
-    error = _text(kernel, "print(df.loc[3, 'error'])")
+    error = kernel.ok("print(df.loc[3, 'error'])")
     assert "ValueError: diverged" in error
     reports = [m["content"]["data"][SWEEP_MIME] for m in seen if m["msg_type"] == "update_display_data"
                and SWEEP_MIME in m["content"]["data"]]
@@ -90,28 +84,28 @@ def test_a_sweep_of_six_runs_two_at_a_time_with_one_comparison_view_and_a_table(
     assert reports[-1]["counts"] == {"queued": 0, "running": 0, "done": 5, "failed": 1, "stopped": 0,
                                      "stopped_early": 0}
     assert all(len(run["loss"]) == 10 for run in reports[-1]["runs"] if run["state"] == "done")
-    at_once = _text(kernel, "runs = s.runs\nprint(max(sum(1 for o in runs if o.started_at <= r.started_at < o.ended_at)"
-                            " for r in runs))")
+    at_once = kernel.ok("runs = s.runs\nprint(max(sum(1 for o in runs if o.started_at <= r.started_at < o.ended_at)"
+                        " for r in runs))")
     assert at_once == "2"
 
 
 def test_interrupting_a_foreground_run_at_each_stage_leaves_background_runs_sweeps_and_kept_ranks_alone(kernel):
     """local[4]: kept ranks, a background run and a sweep hold three slots; a foreground run is interrupted while
     queued (it needs two), while starting and while training. The others go on and end well."""
-    _text(kernel, "%%distribute -n 1 --keep\nkept = 'alive'")
+    kernel.ok("%%distribute -n 1 --keep\nkept = 'alive'")
     assert kernel.execute(SLEEPY.format(steps=200, value="'background'").replace("-n 2", "-n 1"))["status"] == "ok"
     r = kernel.execute("%%distribute -n 1 --sweep \"lr=[1.0, 2.0]\" --concurrent 1\nimport time\ntime.sleep(8)\nlr")
     assert r["status"] == "ok", kernel.text(r)
-    _text(kernel, "bg, sweep = jt.runs()[-3], jt.runs()[-1].sweep\nimport time\nt0 = time.time()\n"
-                  "while (bg.state, sweep.runs[0].state) != ('running', 'running') and time.time() - t0 < 60: "
-                  "time.sleep(0.1)")
+    kernel.ok("bg, sweep = jt.runs()[-3], jt.runs()[-1].sweep\nimport time\nt0 = time.time()\n"
+              "while (bg.state, sweep.runs[0].state) != ('running', 'running') and time.time() - t0 < 60: "
+              "time.sleep(0.1)")
     for cell, after in (("%%distribute -n 2\n1", 2.0),                                    # queued: 1 slot free
                         ("%%distribute -n 1\nimport time\ntime.sleep(60)", 0.5),            # starting
                         ("%%distribute -n 1\nimport time\ntime.sleep(60)", 4.0)):           # training
         r = kernel.execute(cell, interrupt_after=after, timeout=60)
         assert r["status"] == "error", kernel.text(r)
         assert r["error"]["ename"] in ("KeyboardInterrupt", "RunInterrupted"), kernel.text(r)
-    assert _text(kernel, "%%distribute --keep\nkept").endswith("'alive'"), "the kept ranks answer"
-    ended = _text(kernel, "print(bg.result(timeout=120), bg.state)\nsweep.wait(120)\n"
-                          "print([r.state for r in sweep.runs])\n%distribute_stop")
+    assert kernel.ok("%%distribute --keep\nkept").endswith("'alive'"), "the kept ranks answer"
+    ended = kernel.ok("print(bg.result(timeout=120), bg.state)\nsweep.wait(120)\n"
+                      "print([r.state for r in sweep.runs])\n%distribute_stop")
     assert ended.splitlines()[:2] == ["background done", "['done', 'done']"], ended

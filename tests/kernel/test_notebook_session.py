@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from ..support.kernel import Kernel, loaded_kernel
+from ..support.kernel import loaded_kernel
 
 pytestmark = pytest.mark.spark
 
@@ -27,44 +27,38 @@ def kernel():
         yield k
 
 
-def _text(k: Kernel, code: str, **kw) -> str:
-    r = k.execute(code, **kw)
-    assert r["status"] == "ok", k.text(r)
-    return k.text(r).strip()
-
-
 def test_background_runs_queue_for_the_notebooks_own_session_and_never_run_as_local_processes(kernel):
     for steps in (30, 30, 3):
         assert kernel.execute(SLEEPY.format(steps=steps))["status"] == "ok"
-    said = _text(kernel, "a, b, c = jt.runs()[-3:]\nimport time\nt0 = time.time()\n"
-                         "while ('queued' in (a.state, b.state) or '0 of 4 free' not in (c.waiting_for or '')) "
-                         "and time.time() - t0 < 60: time.sleep(0.05)\n"
-                         "print(a.state, b.state, c.state)\nprint(c.waiting_for)")
+    said = kernel.ok("a, b, c = jt.runs()[-3:]\nimport time\nt0 = time.time()\n"
+                     "while ('queued' in (a.state, b.state) or '0 of 4 free' not in (c.waiting_for or '')) "
+                     "and time.time() - t0 < 60: time.sleep(0.05)\n"
+                     "print(a.state, b.state, c.state)\nprint(c.waiting_for)")
     states, waiting = said.splitlines()
     assert states == "running running queued", said
     assert waiting.startswith("queued: needs 2 task slots of the Spark session, 0 of 4 free"), said
-    ended = _text(kernel, "for r in (a, b, c): r.wait(120)\nprint([r.state for r in (a, b, c)])\n"
-                          "print([r.where for r in (a, b, c)])\nprint(repr(c))\n"
-                          "print(c.details.report().snapshot['backend'])")
+    ended = kernel.ok("for r in (a, b, c): r.wait(120)\nprint([r.state for r in (a, b, c)])\n"
+                      "print([r.where for r in (a, b, c)])\nprint(repr(c))\n"
+                      "print(c.details.report().snapshot['backend'])")
     states, wheres, shown, backend = ended.splitlines()
     assert states == "['done', 'done', 'done']", ended
     assert wheres == "['spark local[4]', 'spark local[4]', 'spark local[4]']", ended
     assert " on spark local[4]: done>" in shown and backend == "spark local[4]", ended
     # the ranks' parent is a Spark Python worker, not the local process server; nothing of ours started beside it
-    parents = _text(kernel, "import os\nprint([open(f'/proc/{r.result()}/cmdline').read().replace(chr(0), ' ') "
-                            "if os.path.exists(f'/proc/{r.result()}') else 'gone' for r in (a, b, c)])")
+    parents = kernel.ok("import os\nprint([open(f'/proc/{r.result()}/cmdline').read().replace(chr(0), ' ') "
+                        "if os.path.exists(f'/proc/{r.result()}') else 'gone' for r in (a, b, c)])")
     assert "local_server" not in parents and "pyspark" in parents, parents
-    assert _text(kernel, NOTHING_OF_OURS) == "None None"
+    assert kernel.ok(NOTHING_OF_OURS) == "None None"
 
 
 def test_a_sweeps_members_and_a_run_from_a_users_thread_go_to_the_notebooks_session(kernel):
     r = kernel.execute("%%distribute -n 2 --sweep \"lr=[0.1, 0.01, 0.001]\"\n"
                        "jupyter_torchdist.report(step=1, loss=lr)\nlr")
     assert r["status"] == "ok", kernel.text(r)
-    wheres = _text(kernel, "s = %distribute_wait\nprint(sorted({m.where for m in jt.runs()[-3:]}))")
+    wheres = kernel.ok("s = %distribute_wait\nprint(sorted({m.where for m in jt.runs()[-3:]}))")
     assert wheres.splitlines()[-1] == "['spark local[4]']", wheres
-    threaded = _text(kernel, "import threading\nout = []\n"
-                             "t = threading.Thread(target=lambda: out.append(jt.run(lambda: 7, n=2)))\n"
-                             "t.start(); t.join(120)\nprint(out, jt.runs()[-1].where)")
+    threaded = kernel.ok("import threading\nout = []\n"
+                         "t = threading.Thread(target=lambda: out.append(jt.run(lambda: 7, n=2)))\n"
+                         "t.start(); t.join(120)\nprint(out, jt.runs()[-1].where)")
     assert threaded == "[7] spark local[4]", threaded
-    assert _text(kernel, NOTHING_OF_OURS) == "None None"
+    assert kernel.ok(NOTHING_OF_OURS) == "None None"

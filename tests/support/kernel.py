@@ -95,6 +95,12 @@ class Kernel:
         if line is not None:
             self.kc.input(line)
 
+    def ok(self, code: str, **kw: Any) -> str:
+        """Run ``code``, which must succeed (else the assertion shows its output), and give its output as text."""
+        result = self.execute(code, **kw)
+        assert result["status"] == "ok", self.text(result)
+        return self.text(result).strip()
+
     def text(self, result: dict[str, Any]) -> str:
         """Everything a user would read: streams, plain-text data, error tracebacks. Consecutive messages of one
         stream are joined end to end, as a front end shows them (one print may arrive in several messages)."""
