@@ -32,7 +32,9 @@ def kernel():
 
 
 def _plain(r: dict) -> str:
-    return next((o["data"]["text/plain"] for o in r["outputs"] if o["output_type"] == "execute_result"), "")
+    """The cell's value as text: its result, or the handle a background cell shows (a display it keeps up to date)."""
+    return next((o["data"]["text/plain"] for o in r["outputs"] if o["output_type"] == "execute_result"
+                 or o.get("data", {}).get("text/plain", "").startswith(("<Run ", "<Sweep "))), "")
 
 
 def _clean(text: str) -> str:
