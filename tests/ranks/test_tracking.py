@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -16,10 +15,9 @@ import pytest
 
 import jupyter_torchdist as jt
 from jupyter_torchdist.core.errors import OptionsError
-from jupyter_torchdist.tracking import shipper as shipping
 
 from ..support import needs
-from ..support.mlflow_server import MlflowServer
+from ..support.mlflow_server import tracking_server
 from ..support.wandb_files import offline_runs
 from .test_sweep_search import toy   # a loss lowest at lr = 0.1, steps long enough for the rule to judge
 
@@ -31,25 +29,10 @@ STEPS = 24
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("mlflow")
-    srv = MlflowServer(folder)
-    srv.start()
-    old = {k: os.environ.get(k) for k in ("MLFLOW_TRACKING_URI", "MLFLOW_HTTP_REQUEST_MAX_RETRIES",
-                                          "MLFLOW_HTTP_REQUEST_TIMEOUT", "XDG_CACHE_HOME")}
     # MLflow's own knobs: no retries, short timeouts, so a stopped server is seen in seconds, not minutes
-    os.environ.update(MLFLOW_TRACKING_URI=srv.uri, MLFLOW_HTTP_REQUEST_MAX_RETRIES="0",
-                      MLFLOW_HTTP_REQUEST_TIMEOUT="5", XDG_CACHE_HOME=str(folder / "cache"))
-    shipping._One.shipper = None   # this module's journals in this module's folder
-    yield srv
-    if shipping._One.shipper is not None:
-        shipping._One.shipper.stop()
-        shipping._One.shipper = None
-    srv.stop()
-    for k, v in old.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
+    with tracking_server(tmp_path_factory.mktemp("mlflow"), MLFLOW_HTTP_REQUEST_MAX_RETRIES="0",
+                         MLFLOW_HTTP_REQUEST_TIMEOUT="5") as srv:
+        yield srv
 
 
 def _client():

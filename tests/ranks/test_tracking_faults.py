@@ -23,7 +23,7 @@ from jupyter_torchdist.tracking.outbox import waiting
 
 from ..support import needs
 from ..support.http_proxy import HttpProxy
-from ..support.mlflow_server import MlflowServer
+from ..support.mlflow_server import tracking_server
 
 pytestmark = needs("mlflow", "tensorboard")
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the ranks cannot import the tests package
@@ -33,28 +33,11 @@ STEPS = 20
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("mlflow")
-    srv = MlflowServer(folder)
-    srv.start()
-    old = {k: os.environ.get(k) for k in ("MLFLOW_TRACKING_URI", "MLFLOW_HTTP_REQUEST_MAX_RETRIES",
-                                          "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "MLFLOW_HTTP_REQUEST_TIMEOUT",
-                                          "XDG_CACHE_HOME", "MLFLOW_TRACKING_TOKEN")}
     # MLflow's own retries: one, a second apart; the outages below last longer than that
-    os.environ.update(MLFLOW_TRACKING_URI=srv.uri, MLFLOW_HTTP_REQUEST_MAX_RETRIES="1",
-                      MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR="1", MLFLOW_HTTP_REQUEST_TIMEOUT="5",
-                      XDG_CACHE_HOME=str(folder / "cache"))
-    os.environ.pop("MLFLOW_TRACKING_TOKEN", None)
-    shipping._One.shipper = None   # this module's journals in this module's folder
-    yield srv
-    if shipping._One.shipper is not None:
-        shipping._One.shipper.close()
-        shipping._One.shipper = None
-    srv.stop()
-    for k, v in old.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
+    with tracking_server(tmp_path_factory.mktemp("mlflow"), MLFLOW_HTTP_REQUEST_MAX_RETRIES="1",
+                         MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR="1", MLFLOW_HTTP_REQUEST_TIMEOUT="5",
+                         MLFLOW_TRACKING_TOKEN=None) as srv:
+        yield srv
 
 
 def _client(uri: str | None = None):

@@ -2,6 +2,7 @@
 loopback, that a test can stop and start again on the same port and store (a server that goes down mid-run)."""
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -9,9 +10,10 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["MlflowServer"]
+__all__ = ["MlflowServer", "tracking_server"]
 
 
 def _free_port() -> int:
@@ -57,3 +59,34 @@ class MlflowServer:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(5)
         self.proc = None
+
+
+@contextlib.contextmanager
+def tracking_server(folder: Path, **env: str | None) -> Iterator[MlflowServer]:
+    """One real MLflow server for a test module: this process's environment points at it (``env`` sets MLflow's own
+    retry knobs; None removes a variable), the module's tracking journals go to a cache folder of its own, and a
+    fresh shipper sends them. All of it undone at the end, the shipper's journals let go."""
+    from jupyter_torchdist.tracking import shipper as shipping
+
+    srv = MlflowServer(folder)
+    srv.start()
+    wanted = {"MLFLOW_TRACKING_URI": srv.uri, "XDG_CACHE_HOME": str(folder / "cache"), **env}
+    old = {k: os.environ.get(k) for k in wanted}
+    _set(wanted)
+    shipping._One.shipper = None   # this module's journals in this module's folder
+    try:
+        yield srv
+    finally:
+        if shipping._One.shipper is not None:
+            shipping._One.shipper.close()
+            shipping._One.shipper = None
+        srv.stop()
+        _set(old)
+
+
+def _set(values: dict[str, str | None]) -> None:
+    for key, value in values.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
