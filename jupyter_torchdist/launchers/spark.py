@@ -223,6 +223,15 @@ def _executors(sc: Any) -> int:
         return 0
 
 
+def _ui_url(sc: Any) -> str | None:
+    """The Spark UI's address (None when ``spark.ui.enabled`` is false): the runs panel links a run to it."""
+    try:
+        url = sc.uiWebUrl
+    except Exception:  # a JVM that went away while the run was being placed: the run fails elsewhere, plainly
+        return None
+    return str(url) if url else None
+
+
 class SparkLauncher(Launcher):
     """Ranks as the barrier tasks of one Spark job on a classic SparkSession (the notebook's or the embedded one)."""
 
@@ -265,7 +274,8 @@ class SparkLauncher(Launcher):
                           warnings=(warning,) if warning else (), watcher="the Spark task (its Python worker)",
                           lost_hint="The executor's log says why.",
                           start_bound_s=options.wait if self._dynamic else None,
-                          start_hint=_DYNAMIC_HINT if self._dynamic else "", ranks_per_task=self._per_task)
+                          start_hint=_DYNAMIC_HINT if self._dynamic else "", ranks_per_task=self._per_task,
+                          ui_url=_ui_url(sc))
 
     def _check_gpus(self, options: RunOptions, conf: dict[str, str]) -> None:
         """The kernel's GPUs on a local master; on a cluster, Spark's GPU scheduling, and a rank per GPU of a task."""

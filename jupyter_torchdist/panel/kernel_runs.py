@@ -9,7 +9,6 @@ of the session a Spark run used.
 from __future__ import annotations
 
 import bisect
-import sys
 import threading
 import time
 from collections.abc import Mapping
@@ -43,15 +42,10 @@ def latest_frame(run: Any) -> Mapping[str, Any] | None:
     return frame if isinstance(frame, Mapping) else None
 
 
-def _spark_ui() -> str | None:
-    """The Spark UI of this process's SparkContext, if pyspark is loaded and its UI is on (never imports pyspark)."""
-    pyspark = sys.modules.get("pyspark")
-    sc = getattr(getattr(pyspark, "SparkContext", None), "_active_spark_context", None)
-    try:
-        url = sc.uiWebUrl if sc is not None else None
-    except Exception:
-        return None
-    return str(url) if url else None
+def _ui_link(run: Any) -> list[dict[str, str]]:
+    """The Spark UI the run's launcher found (none when the UI is off, or the backend has none)."""
+    url = getattr(run, "ui_url", None)
+    return [{"kind": "spark", "label": "Spark UI", "url": url}] if url else []
 
 
 _LABELS: Final = {"mlflow": "MLflow", "tensorboard": "TensorBoard", "wandb": "W&B"}
@@ -90,7 +84,6 @@ class KernelRuns:
         self._cells: list[Cell] = []
         self._lock = threading.Lock()
         self._sweeps: dict[int, tuple[int, Any]] = {}   # id(sweep) -> (its number, the sweep)
-        self._spark: dict[int, dict[str, str] | None] = {}
         self._final: dict[int, RunEntry] = {}   # ended runs' entries, made once
 
     # -- cells (IPython's pre_run_cell, on the kernel's main thread) ---------------------------------
@@ -146,8 +139,9 @@ class KernelRuns:
         cell = self.cell_of(run.sweep.started_at if run.sweep is not None else run.submitted_at)
         entry = run_entry(run, latest_frame(run), kernel_id=self.kernel_id, short=self.short,
                           notebook=self.notebook, cell=cell, sweep=sweep_id)
-        entry["links"] = self._links_of(run, entry)
-        late = run.options.track and len(entry["links"]) < len(run.options.track) and \
+        trackers = tracker_links(run)
+        entry["links"] = trackers + _ui_link(run)
+        late = run.options.track and len(trackers) < len(run.options.track) and \
             time.time() - (run.ended_at or 0.0) < TRACKING_LATE_S
         if ended and not late:
             self._final[run.id] = entry
@@ -157,12 +151,3 @@ class KernelRuns:
         """Runs no longer listed: their entries and links go."""
         for done in [n for n in self._final if n not in keep]:
             self._final.pop(done, None)
-            self._spark.pop(done, None)
-
-    def _links_of(self, run: Any, entry: RunEntry) -> list[dict[str, str]]:
-        """The trackers' links as they come, and the Spark UI (looked up once per run: None when it is off)."""
-        if run.id not in self._spark and entry.get("backend") == "spark":
-            url = _spark_ui()
-            self._spark[run.id] = {"kind": "spark", "label": "Spark UI", "url": url} if url else None
-        spark = self._spark.get(run.id)
-        return tracker_links(run) + ([spark] if spark else [])

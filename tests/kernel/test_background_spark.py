@@ -37,6 +37,14 @@ def test_a_third_run_waits_its_turn_for_slots_and_starts_when_one_ends(kernel):
     states, after, backend = waited.splitlines()
     assert states == "['done', 'done', 'done']" and after == "True"
     assert "local[4]" in backend and "embedded" not in backend
+    # the runs panel links each run to the Spark UI of the session it ran on (the notebook's, not one of ours)
+    links = kernel.ok("from jupyter_torchdist.panel import publisher, listing\npub = publisher.current()\n"
+                      "pub.tick(time.time() + 60)\nui = spark.sparkContext.uiWebUrl\n"
+                      "print(ui is not None and c.ui_url == ui, [l for e in listing.list_runs(pub.folder, True)"
+                      " if e['kernel_id'] == pub.kernel_id and e['kind'] == 'run' and e['number'] == c.id"
+                      " for l in e['links']] == "
+                      "[{'kind': 'spark', 'label': 'Spark UI', 'url': ui}])")
+    assert links == "True True", links
 
 
 def test_a_queued_run_says_which_runs_hold_the_slots(kernel):

@@ -124,7 +124,7 @@ def test_the_package_root_holds_only_the_front_doors():
     assert {p.stem for p in PKG.glob("*.py")} == ROOT_MODULES
 
 
-_SPARK_OBJECTS = {"sparkContext", "_jsc", "_jvm", "_jsparkSession", "_gateway"}
+_SPARK_OBJECTS = {"sparkContext", "_jsc", "_jvm", "_jsparkSession", "_gateway", "_active_spark_context", "uiWebUrl"}
 
 
 def test_only_launchers_and_the_data_plane_touch_sparks_objects():

@@ -58,3 +58,4 @@ class LaunchInfo:
     start_bound_s: float | None = None  # ranks start one by one (dynamic allocation): each checks in by then or stop
     start_hint: str = ""                # why ranks may not start in time there, and what to do
     ranks_per_task: int = 1             # the ranks one task runs (a rank per GPU of a task that holds several)
+    ui_url: str | None = None           # the backend's own page of the run (the Spark UI), when it has one

@@ -148,7 +148,7 @@ class Ranks:
         if ranks is None:
             ranks = self._start(_First(payload, options, title, filename, source))
         if run is not None:
-            ranks.number, run.where = run.id, ranks.info.label
+            ranks.number, run.where, run.ui_url = run.id, ranks.info.label, ranks.info.ui_url
             run.attach(ranks.inbox)
         try:
             return execute(payload, options, ranks, view or NullView(), filename=filename, source=source, title=title)

@@ -102,6 +102,7 @@ def _attempts(d: ScheduledRun) -> RunResult:
             ranks = RankSet(options)
             d.run.attach(ranks.inbox)
             d.run.where = ranks.info.label   # where it runs, in words: "spark local[4]", "local processes"
+            d.run.ui_url = ranks.info.ui_url
             if folder is None:
                 folder = CheckpointFolder.for_run(options, ranks.info.loopback, kept=d.commits)
             ranks.checkpoint, ranks.attempt, ranks.number = folder.where, len(failed) + 1, d.run.id

@@ -51,6 +51,7 @@ class Run(Handle):
         self.waiting_for: str | None = None   # while queued: what it waits for, as its view says it
         self._stop_by: str | None = None
         self.where: str | None = None   # where its ranks run, in words ("spark local[4]"), once they start
+        self.ui_url: str | None = None  # the backend's page of it (the Spark UI), once it starts, if there is one
         self._inbox: queue.SimpleQueue[Inbound] | None = None
         self._lock = threading.Lock()
         self._outcome: Any = None
