@@ -101,8 +101,7 @@ def _attempts(d: ScheduledRun) -> RunResult:
                 raise RunInterrupted(f"stopped by {d.run.stop_asked} before attempt {len(failed) + 1} started")
             ranks = RankSet(options)
             d.run.attach(ranks.inbox)
-            d.run.where = ranks.info.label   # where it runs, in words: "spark local[4]", "local processes"
-            d.run.ui_url = ranks.info.ui_url
+            d.run.where, d.run.ui_url = ranks.info.label, ranks.info.ui_url   # "spark local[4]", its Spark UI
             if folder is None:
                 folder = CheckpointFolder.for_run(options, ranks.info.loopback, kept=d.commits)
             ranks.checkpoint, ranks.attempt, ranks.number = folder.where, len(failed) + 1, d.run.id
