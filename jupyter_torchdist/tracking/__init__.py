@@ -9,13 +9,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..core.errors import OptionsError
 from ..core.options import RunOptions
-from ..core.track_options import check_environment as check_installed
-from .registry import imported, sink_class
+from ..core.track_options import check_environment as check_installed, default_trackers
+from .registry import imported, prefetch, sink_class
 from .recorder import RunRecorder, SweepRecorder
 from .shipper import flush, tracking
 
-__all__ = ["recorder_for", "sweep_recorder", "flush", "tracking", "RunRecorder", "SweepRecorder", "check_environment"]
+__all__ = ["recorder_for", "sweep_recorder", "flush", "tracking", "RunRecorder", "SweepRecorder", "check_environment",
+           "prefetch_defaults"]
 
 
 def check_environment(options: RunOptions) -> None:
@@ -26,6 +28,15 @@ def check_environment(options: RunOptions) -> None:
     for name in options.track:
         imported(name)
         sink_class(name).preflight(options)
+
+
+def prefetch_defaults() -> None:
+    """The default trackers' packages imported in the background (``prefetch``): every run without ``--track``
+    records to them. A setting naming no tracker is left for the first run to refuse, with the names it takes."""
+    try:
+        prefetch(default_trackers())
+    except OptionsError:
+        pass
 
 
 def recorder_for(run: Any, work: Any, options: RunOptions, parent: SweepRecorder | None = None) -> RunRecorder | None:

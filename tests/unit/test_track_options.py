@@ -9,6 +9,8 @@ from jupyter_torchdist.core import track_options as T
 from jupyter_torchdist.core.errors import OptionsError
 from jupyter_torchdist.core.options import RunOptions, parse_options
 
+from ..support import needs
+
 
 @pytest.fixture(autouse=True)
 def no_default(monkeypatch):
@@ -101,3 +103,33 @@ def test_only_a_folder_store_is_asked_before_the_run(tmp_path, monkeypatch):
         check_store(str(tmp_path / "mlruns"))   # MLflow 3 refuses a folder store unless allowed
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
     check_store((tmp_path / "mlruns").as_uri())
+
+
+PREFETCH = """
+import os, sys, threading, time
+from jupyter_torchdist import tracking
+assert 'mlflow' not in sys.modules
+os.environ['JUPYTER_TORCHDIST_TRACK'] = 'comet'
+tracking.prefetch_defaults()                    # a setting naming no tracker: left for the first run to refuse
+assert not [t for t in threading.enumerate() if t.name == 'jupyter-torchdist-tracker-import']
+os.environ['JUPYTER_TORCHDIST_TRACK'] = 'mlflow'
+t0 = time.perf_counter()
+tracking.prefetch_defaults()
+returned = time.perf_counter() - t0
+[thread] = [t for t in threading.enumerate() if t.name == 'jupyter-torchdist-tracker-import']
+thread.join(120)
+print('mlflow' in sys.modules, returned < 0.5, tracking.prefetch(['mlflow']) is None)
+"""
+
+
+@pytest.mark.slow   # a fresh process imports MLflow: seconds
+@needs("mlflow")
+def test_a_default_tracker_is_imported_on_a_thread_before_the_first_run_asks():
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != T.TRACK_ENV}
+    done = subprocess.run([sys.executable, "-c", PREFETCH], capture_output=True, text=True, timeout=180, env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", "True", "True"], done.stdout

@@ -141,11 +141,16 @@ def test_the_notebooks_config_sets_the_default_tracker(monkeypatch):
     from jupyter_torchdist.core.options import parse_options
     from jupyter_torchdist.kernel.magics.distribute import DistributeMagics
 
+    import jupyter_torchdist.tracking as tracking
+
     monkeypatch.delenv(track_options.TRACK_ENV, raising=False)
+    fetched: list[tuple[str, ...]] = []
+    monkeypatch.setattr(tracking, "prefetch", lambda names: fetched.append(tuple(names)))
     magics = DistributeMagics(shell=InteractiveShell.instance())
     try:
         magics.track = "mlflow,tensorboard"   # %config DistributeMagics.track = "mlflow,tensorboard"
         assert parse_options("-n 2").track == ("mlflow", "tensorboard")
+        assert fetched == [("mlflow", "tensorboard")], "the packages imported before the first run asks"
         magics.track = ""
         assert parse_options("-n 2").track == ()
     finally:

@@ -20,6 +20,7 @@ from ..runs.idle import DEFAULT_IDLE_S, IDLE_ENV, IdleWatch, idle_seconds
 from ..kept.ranks import notebook_ranks
 from ..runs.launch import Work, launch
 from ..runs.registry import runs
+from ...tracking import prefetch_defaults
 from ...tracking.shipper import resume as resume_tracking
 
 __all__ = ["DistributeMagics", "load", "unload"]
@@ -73,6 +74,7 @@ class DistributeMagics(Magics):
     @observe("track")
     def _track_changed(self, _: Any = None) -> None:
         configure_default(self.track)
+        prefetch_defaults()   # every run records to it: its package imported before the first run asks
 
     @observe("max_local_ranks", "max_embedded_ranks", "max_background_runs")
     def _limits_changed(self, _: Any = None) -> None:
