@@ -7,6 +7,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from jupyter_torchdist.core import contract as C
 from jupyter_torchdist.channel import protocol as P
 from jupyter_torchdist.rank import agent
@@ -29,6 +31,7 @@ class _Child:
         self.proc.kill()
 
 
+@pytest.mark.slow  # seconds: a real agent process beats
 def test_the_agent_beats_while_its_rank_runs_and_stops_when_it_ends(monkeypatch):
     monkeypatch.setattr(C, "HEARTBEAT_S", 0.4)
     ours, kernels = socket.socketpair()

@@ -31,6 +31,7 @@ def test_bad_arguments_exit_2_with_a_short_message(args, message):
     assert "Traceback" not in out.stderr
 
 
+@pytest.mark.slow  # seconds: the command line in a fresh process
 def test_gpu_without_gpus_exits_2(script):
     out = subprocess.run([sys.executable, "-m", "jupyter_torchdist", "-n", "1", "--local", "--gpu", str(script)],
                          capture_output=True, text=True, timeout=60,

@@ -259,6 +259,7 @@ def test_a_piece_started_ahead_makes_its_first_batches_at_idle_priority(ahead):
         world.close()
 
 
+@pytest.mark.slow  # seconds: Spark's daemon forks real workers
 def test_the_spark_daemon_forks_workers_with_its_imports_frozen_out_of_the_gc():
     code = "import gc, jupyter_torchdist._daemon; print(gc.get_freeze_count())"
     frozen = int(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,

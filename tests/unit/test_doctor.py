@@ -6,6 +6,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from jupyter_torchdist.kernel import doctor
 
 
@@ -20,6 +22,7 @@ def _doctor(*args: str, env: dict[str, str | None] | None = None) -> subprocess.
                           text=True, env=full, timeout=120, stdin=subprocess.DEVNULL)
 
 
+@pytest.mark.slow  # seconds: the doctor in a fresh process
 def test_a_missing_java_is_a_warning_with_its_fix_and_runs_can_still_go(tmp_path):
     bin_dir = tmp_path / "bin"  # a PATH with this Python and nothing else: no java
     bin_dir.mkdir()
@@ -30,6 +33,7 @@ def test_a_missing_java_is_a_warning_with_its_fix_and_runs_can_still_go(tmp_path
     assert "every run goes to local processes" in done.stdout
 
 
+@pytest.mark.slow  # seconds: the doctor in a fresh process
 def test_a_cpu_only_torch_fails_when_gpu_runs_are_expected():
     done = _doctor("--gpu")
     assert done.returncode == 1, done.stdout + done.stderr

@@ -176,6 +176,7 @@ def test_joined_ranks_serve_allreduces_and_gradients_and_refuse_the_rest():
     assert (done.kind, done.last_joined) == (d.ALL_JOINED, 2)
 
 
+@pytest.mark.slow  # seconds: fresh processes
 def test_keys_name_the_collective_and_are_stable_across_processes():
     assert Request(ALLREDUCE, "x", (), "").key != Request(ALLGATHER, "x", (), "").key  # Horovod: per-kind names
     assert Request(ALLREDUCE, None, (), "").key != Request(ALLREDUCE, "x", (), "").key

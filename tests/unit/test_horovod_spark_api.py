@@ -19,6 +19,7 @@ from ..support.horovod import where
 ROOT = str(support.ROOT)
 
 
+@pytest.mark.slow  # seconds: imports in a fresh process
 def test_importing_the_api_does_not_import_pyspark_and_spark_resolves():
     code = ("import sys\nimport jupyter_torchdist.horovod as hvd\nprint('pyspark' in sys.modules)\n"
             "from jupyter_torchdist.horovod import spark\nimport jupyter_torchdist.horovod.spark as again\n"

@@ -228,6 +228,7 @@ def test_display_view_redraws_the_report_in_place_and_ends_with_it(published, mo
     assert updates[-1]["data"][MIME_TYPE]["status"] == "failed"
 
 
+@pytest.mark.slow  # seconds: waits out the widget's close
 def test_a_finished_background_runs_widget_closes_once_the_front_end_put_its_report_in_place(built, published):
     """What a finished background run's view keeps in the kernel: its widget until the front end (report.ts) says
     the report is in the widget's place, then nothing of its state (measured against 100 KB per run)."""

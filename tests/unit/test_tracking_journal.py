@@ -66,6 +66,7 @@ def test_records_reach_the_sink_in_order_and_the_journal_goes(tmp_path):
     assert journal_ids(str(tmp_path)) == [] and not os.path.exists(journal.files)
 
 
+@pytest.mark.slow  # seconds: waits out a retry
 def test_a_sink_down_loses_nothing_and_is_said_once(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(S, "FIRST_DELAY_S", 0.05)
     sink = Flaky()

@@ -165,6 +165,7 @@ def test_the_journals_are_bounded_said_before_and_at_the_bound(tmp_path, monkeyp
         check_environment(RunOptions(track=("mlflow",)))
 
 
+@pytest.mark.slow  # seconds: the command line in fresh processes
 def test_the_command_line_lists_resends_and_drops(tmp_path, monkeypatch, capsys):
     pytest.importorskip("mlflow")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
