@@ -7,7 +7,6 @@ stop button, failure, 64 ranks, 1,024 simulated ranks, reload without a kernel).
 from __future__ import annotations
 
 import json
-import os
 import re
 import time
 from collections.abc import Iterator
@@ -15,8 +14,7 @@ from typing import Any
 
 import pytest
 
-from ..support import ROOT
-from ..support.browser import (CELLS, LIVE, NOTEBOOK, REPORT, ROW, Lab, check_stop_button, notebook_json, row_states,
+from ..support.browser import (CELLS, LIVE, NOTEBOOK, REPORT, ROW, Lab, check_stop_button, row_states,
                                serving, skip_reason)
 
 PAGE_ROW = ".jp-TorchDist-pageRow"  # a row of a many-rank run's paged table
@@ -317,52 +315,3 @@ def test_report_renders_after_save_kernel_shutdown_and_reload(lab: Lab) -> None:
     assert "Rank 1" in reports.nth(2).locator(".jp-TorchDist-errorWhere").inner_text()
     lab.shot("reloaded-without-kernel")
 
-
-DOCS_CELL = (
-    "%%distribute -n 4\n"
-    "import time\n"
-    "import torch\n"
-    "from torch import nn\n"
-    "from torch.nn.parallel import DistributedDataParallel as DDP\n"
-    "import jupyter_torchdist as jt\n"
-    "\n"
-    "torch.manual_seed(jt.rank())\n"
-    "model = DDP(nn.Sequential(nn.Linear(20, 64), nn.ReLU(), nn.Linear(64, 1)))\n"
-    "opt = torch.optim.Adam(model.parameters(), lr=3e-3)\n"
-    "steps = 300\n"
-    "for step in range(1, steps + 1):\n"
-    "    x = torch.randn(256, 20)\n"
-    "    y = (x[:, :5].sum(1, keepdim=True) > 0).float()\n"
-    "    loss = nn.functional.binary_cross_entropy_with_logits(model(x), y)\n"
-    "    opt.zero_grad(); loss.backward(); opt.step()\n"
-    "    acc = ((model(x) > 0).float() == y).float().mean()\n"
-    "    jt.report(step=step, total=steps, loss=loss, acc=acc)\n"
-    "    if step % 25 == 0:\n"
-    "        print(f'epoch {step // 25}: loss {loss.item():.4f} acc {acc.item():.3f}')\n"
-    "    time.sleep(0.06)\n"
-)
-
-
-@pytest.mark.skipif(os.environ.get("JUPYTER_TORCHDIST_DOCS_SHOT") != "1",
-                    reason="regenerates docs/live.png: set JUPYTER_TORCHDIST_DOCS_SHOT=1")
-def test_docs_screenshot_of_the_live_view(lab: Lab) -> None:
-    """docs/live.png for the README: 4 ranks mid-run with a loss curve and an open log."""
-    (lab.root / "docs.ipynb").write_text(json.dumps(notebook_json(["%load_ext jupyter_torchdist", DOCS_CELL])))
-    lab.page.set_viewport_size({"width": 1500, "height": 1100})
-    lab.open("docs.ipynb")
-    lab.page.wait_for_timeout(2000)  # let a kernel dialog come up, if one does
-    lab.wait_idle_kernel()
-    lab.run_cell(0)
-    lab.cell(0).locator(".jp-InputArea-prompt:has-text('[1]')").wait_for(timeout=60_000)
-    lab.run_cell(1)
-    widget = lab.cell(1).locator(LIVE)
-    widget.locator(f"{ROW}[data-rank='1'][data-state='running']").wait_for(timeout=180_000)
-    widget.locator(f"{ROW}[data-rank='1']").click()
-    lab.page.wait_for_function(
-        "() => [...document.querySelectorAll('.jp-TorchDist-widget .jp-TorchDist-steps')]"
-        ".every(s => parseInt(s.textContent) >= 170)", timeout=120_000)
-    lab.page.mouse.move(0, 0)
-    out = lab.cell(1).locator(".jp-OutputArea-output").first
-    out.screenshot(path=str(ROOT / "docs" / "live.png"))
-    lab.shot("docs-live", out)
-    lab.cell(1).locator(f"{REPORT}[data-status='succeeded']").wait_for(timeout=120_000)
