@@ -35,7 +35,10 @@ def errors(nb: Any) -> list[Any]:
 
 
 def stream_text(nb: Any) -> str:
-    return "\n".join(o.get("text", "") for o in outputs(nb) if o.output_type == "stream")
+    """Every cell's printed text, cells apart by a line: a cell's stream outputs joined as printed (a display a
+    background thread publishes flushes the cell's stdout, so one print may come as two stream outputs)."""
+    return "\n".join("".join(o.get("text", "") for o in c.get("outputs", []) if o.output_type == "stream")
+                     for c in nb.cells if c.cell_type == "code")
 
 
 def reports(nb: Any) -> list[dict[str, Any]]:
