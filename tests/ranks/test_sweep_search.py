@@ -40,14 +40,19 @@ def toy(folder: str, lr: float, steps: int = STEPS, nap: float = 0.12, **_: obje
     return loss
 
 
-def paced(folder: str, lr: float, steps: int = 8, fast: int = 6, slow: float = 0.8, **_: object) -> float:
-    """The toy's loss, each rank on its own: the first steps a few milliseconds each (several between two frames of
-    the view), then ``slow`` seconds a step from step ``fast`` on."""
+def paced(folder: str, lr: float, steps: int = 8, fast: int = 6, slow: float = 0.8, together: bool = False,
+          **_: object) -> float:
+    """The toy's loss, each rank on its own (``together``: in step, as DDP's ranks are): the first steps a few
+    milliseconds each (several between two frames of the view), then ``slow`` seconds a step from step ``fast`` on."""
     import math
     import time
 
+    import torch.distributed as dist
+
     loss = 0.0
     for step in range(1, steps + 1):
+        if together:
+            dist.barrier()
         loss = (1.0 + abs(math.log10(lr) + 1.0)) / step
         jt.report(step=step, total=steps, loss=loss)
         time.sleep(0.002 if step < fast else slow)
@@ -115,11 +120,13 @@ def test_a_member_is_judged_at_the_rung_step_it_reports_and_stops_within_the_ste
 
 
 def test_a_member_that_finished_all_its_steps_is_never_called_stopped_early(tmp_path):
-    """Judged at step 4 of 6 fast steps, a member may well finish before its stop reaches its ranks: then it is done,
-    with its value, and nothing in its row speaks of a stop (the stop that comes after every rank has ended changes
-    nothing); otherwise it is stopped early before its last step."""
+    """Judged at step 4 of 6 fast steps taken together, a member may well finish before its stop reaches its ranks:
+    then it is done, with its value, and nothing in its row speaks of a stop (a rule's stop that comes after every
+    rank has ended, or reported its last step, changes nothing); otherwise it is stopped early before its last step.
+    (Ranks each on their own could be judged by rank 0's sixth step while rank 1 had not begun: rightly stopped early,
+    with rank 0's six steps in its row.)"""
     s = jt.sweep(paced, {"lr": [0.1, 10.0, 5.0]}, str(tmp_path), n=2, local=True, concurrent=1, steps=6, fast=99,
-                 early_stop="asha", grace=4, reduction_factor=2)
+                 together=True, early_stop="asha", grace=4, reduction_factor=2)
     assert s.wait(240)
     for run, r in zip(s.runs, s.rows()):
         if r["state"] == "done":

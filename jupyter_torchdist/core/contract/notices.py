@@ -3,7 +3,8 @@ lost or the job's end, its data service about the data workers, and the user's r
 
 * ``STOP_WANTED`` (rank -1): the user asked to stop that run only (``run.stop()``, the Stop control of a background
   run's view, a sweep's ``stop()``, the kernel's shutdown). A foreground run is stopped by the kernel's interrupt
-  instead; its supervisor takes this message all the same.
+  instead; its supervisor takes this message all the same. A sweep's early stop of a member says ``early``: it
+  stops nothing once every rank has ended or reported its last step (``total``).
 * ``FOCUS_WANTED`` (rank -1): the user opened these ranks in a many-rank run's view, whose snapshot then carries
   their full rows (their logs, stack, curve) besides the featured ranks'.
 
@@ -77,6 +78,8 @@ class _StopWanted(TypedDict):
 
 class StopWantedMsg(_StopWanted, total=False):
     by: str   # who asked, in words ("run.stop()", "the view's Stop", "the kernel's shutdown")
+    early: bool   # a sweep's rule stopping a member early: moot once every rank has ended or reported its last
+    # step (a member that finished its steps keeps its value; only the user's own stop cuts such a run)
 
 
 class FocusWantedMsg(TypedDict):

@@ -58,6 +58,7 @@ class Run(Handle):
         self._on_end = on_end   # the registry keeps the last ended run's result
         self._details: RunResult | None = None
         self._ending: tuple[str, str] | None = None   # a sweep's own end for it: ("stopped_early" | "failed", why)
+        self._stop_early = False   # the only stop asked is its sweep's rule's (moot once its ranks took every step)
         self.recorded: Callable[[], None] | None = None   # ends the run's record, once its outcome is set
         # called once its outcome is set, before anyone waiting on it wakes (-o NAME is set by then)
         self.on_outcome: list[Callable[[Run], None]] = []
@@ -99,27 +100,35 @@ class Run(Handle):
         None before, or when the run is not tracked in MLflow."""
         return self.tracking.get("mlflow")
 
-    def stop(self, by: str = "run.stop()") -> bool:
+    def stop(self, by: str = "run.stop()", *, early: bool = False) -> bool:
         """Stop this run, and nothing else: its ranks are stopped (a queued run never starts). Returns at once;
         ``wait()`` for its end. False when it had already ended."""
         with self._lock:
             if self._ended.is_set():
                 return False
             self._stop_by = self._stop_by or by
+            self._stop_early = early and (self._stop_early or self._stop_by == by)
             inbox = self._inbox
         if inbox is not None:
-            inbox.put(Inbound(-1, C.BACKEND, {"t": C.STOP_WANTED, "by": self._stop_by}))
+            inbox.put(Inbound(-1, C.BACKEND, self._stop_message()))
         turns.wake()
         return True
+
+    def _stop_message(self) -> C.StopWantedMsg:
+        msg: C.StopWantedMsg = {"t": C.STOP_WANTED, "by": self._stop_by or "run.stop()"}
+        if self._stop_early:
+            msg["early"] = True
+        return msg
 
     def end_early(self, state: str, why: str) -> bool:
         """A sweep ends this member: every rank is stopped as by ``stop()``, and the run ends ``state``
         ("stopped_early": its rule stopped it; "failed": e.g. the metric its rule needs never came) with ``why`` as
-        its error."""
+        its error. A rule's stop ("stopped_early") is moot for a member whose every rank has ended or reported its
+        last step by the time the stop reaches it: that member ends done, with its value."""
         with self._lock:
             if self._ending is None and not self._ended.is_set():
                 self._ending = (state, why)
-        return self.stop(f"the sweep ({why})")
+        return self.stop(f"the sweep ({why})", early=state == MemberStoppedEarly.state)
 
     def ask(self, msg: C.InboundMessage) -> bool:
         """Hand the running run a message of the kernel's own side (WHERE_WANTED); False when it is not running."""
@@ -141,7 +150,7 @@ class Run(Handle):
             self._inbox = inbox
             by = self._stop_by
         if by is not None:
-            inbox.put(Inbound(-1, C.BACKEND, {"t": C.STOP_WANTED, "by": by}))
+            inbox.put(Inbound(-1, C.BACKEND, self._stop_message()))
 
     def running(self) -> None:
         self._state, self.started_at, self.waiting_for = "running", self.started_at or time.time(), None

@@ -76,6 +76,8 @@ class Supervisor:
             self.listener(ev)   # before anything else: a rule's stop at a rung goes out at once
         if self.tap is not None and ev.role == C.RANK and t in (C.PROGRESS, C.PROFILE):
             self._record(ev)
+        if ev.role == C.BACKEND and t == C.STOP_WANTED and ev.msg.get("early") and self.state.took_every_step():
+            return   # a sweep's rule judged this member, which has since taken its last step: it ends done
         self.state.apply(ev.rank, ev.role, ev.msg, ev.at)
         if ev.role == C.RANK and self.data is not None:
             if t in (C.DATA_OPEN, C.DATA_DONE):

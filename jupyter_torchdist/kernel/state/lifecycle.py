@@ -48,6 +48,7 @@ class RunLifecycle:
     run_id: int | None = None        # the kernel's number for the run (jupyter_torchdist.runs())
     background: bool = False         # the notebook went on while it ran (--background, a sweep's run)
     stopped_by: str | None = None    # who stopped it, when that was not the kernel's interrupt ("run.stop()")
+    stopped_early: bool = False      # the only stop asked was a sweep's rule's: moot if every rank returned anyway
     band: LossBand = field(default_factory=LossBand)  # many-rank runs: the ranks' loss over the run (summary.py)
     folder: str | None = None        # --track tensorboard, --profile: the run's folder under --logdir
 
@@ -125,7 +126,8 @@ class RunLifecycle:
             still = [r.rank for r in self.ranks if r.state == "stopped"]
             return RunTimeout(f"timed out after {timeout:g} s; ranks still running were {verb}: {still}",
                               self.failures, self.world_size)
-        if self.stop_reason == "interrupted":
+        moot = self.stopped_early and all(r.state == "done" for r in self.ranks)  # every rank returned all the same
+        if self.stop_reason == "interrupted" and not moot:
             how = f"stopped by {self.stopped_by}" if self.stopped_by else "interrupted"
             return RunInterrupted(f"{how}: every rank was {verb}", self.failures, self.world_size)
         if self.failures:
@@ -203,6 +205,11 @@ class RunLifecycle:
     def all_ended(self) -> bool:
         """Every rank ended (cheap while some run: it stops at the first of them)."""
         return not any(r.state not in FINAL for r in self.ranks)
+
+    def took_every_step(self) -> bool:
+        """Every rank has ended, or reported its last step (a ``step`` at its ``total``): it only has to return."""
+        return all(r.state in FINAL or (r.total is not None and r.step is not None and r.step >= r.total)
+                   for r in self.ranks)
 
     def running_ranks(self) -> list[int]:
         return [r.rank for r in self.ranks if r.state not in FINAL]

@@ -48,6 +48,7 @@ class RunState(RunLifecycle):
         elif msg["t"] == C.WHERE_WANTED:
             pass  # the user asked for the stacks: the supervisor asks the ranks, their PLACEs fold in
         elif msg["t"] == C.STOP_WANTED:
+            self.stopped_early = bool(msg.get("early")) and (self.stopped_by is None or self.stopped_early)
             self.stopped_by = self.stopped_by or msg.get("by") or "run.stop()"  # the supervisor stops the run
         elif msg["t"] == C.FOCUS_WANTED:
             pass  # the view opened these ranks: the supervisor's next frame shows them in full
