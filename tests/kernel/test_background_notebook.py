@@ -3,6 +3,8 @@ while another cell runs, its value through %distribute_wait and -o, a sweep with
 search whose worse members ASHA stops early, each marked in the saved comparison."""
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from ..support.notebooks import errors, execute_example, outputs, reports, stream_text
@@ -20,7 +22,8 @@ def executed():
 def test_the_background_run_trains_while_the_next_cell_runs_and_its_view_becomes_its_report(executed):
     assert not errors(executed), errors(executed)
     text = stream_text(executed)
-    assert "running while this cell ran: 45" in text, text
+    # the next cell ran while the run went on: still waiting for its ranks (a loaded machine) or training
+    assert re.search(r"^(queued|running) while this cell ran: 45$", text, re.M), text
     assert "done ['bias', 'weight']" in text
     shown = reports(executed)
     assert shown and shown[0]["status"] == "succeeded" and shown[0]["background"] is True

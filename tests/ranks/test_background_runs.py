@@ -59,6 +59,35 @@ def test_a_sweep_keeps_to_its_concurrency_and_names_a_failed_run_without_stoppin
     assert at_once == 2 and s.best("value").params == {"width": 1}
 
 
+def test_a_sweeps_wait_returns_once_its_view_drew_the_end():
+    """The saved comparison is published before ``wait()`` returns: a notebook run headless (nbclient, papermill)
+    keeps only what the cell that waits saw, so a last frame drawn after the wait would be lost."""
+    from jupyter_torchdist.core.options import RunOptions
+    from jupyter_torchdist.kernel.sweeps.start import sweep_function
+    from jupyter_torchdist.core.space import check_space
+
+    class SlowView:   # a front end that takes its time to draw the last frame
+        log_tail, focus, ended = 0, frozenset(), None
+
+        def start(self, snapshot):
+            pass
+
+        def update(self, snapshot):
+            pass
+
+        def finish(self, snapshot):
+            time.sleep(1.0)
+            self.ended = [r["state"] for r in snapshot["runs"]]
+
+    def cell(x: int) -> int:
+        return x
+
+    view = SlowView()
+    options = RunOptions(n=1, local=True, sweep=check_space({"x": [1, 2]}), background=True)
+    s = sweep_function(cell, options, (), {}, view)
+    assert s.wait(120) and view.ended == ["done", "done"], view.ended
+
+
 @pytest.mark.spark
 def test_an_interrupt_cancels_the_applications_other_jobs_never_ours(spark):
     sc, ended = spark.sparkContext, {}

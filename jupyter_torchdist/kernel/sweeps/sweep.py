@@ -248,8 +248,10 @@ class Sweep(Handle):
             self._record_end()
             if self.store is not None:   # before anyone waiting wakes: its unfinished members are a next sweep's
                 self.store.close()
-            self._end()
-            self._view.finish(self.snapshot())
+            try:   # its saved comparison is in the notebook before anyone waiting on it wakes: a notebook run
+                self._view.finish(self.snapshot())   # headless (nbclient, papermill) keeps only what a cell's
+            finally:                                 # execution saw
+                self._end()
 
     def _record_end(self) -> None:
         if self.recorder is None:
