@@ -65,3 +65,52 @@ def test_a_sweeps_early_stop_is_moot_once_every_rank_took_its_last_step_or_retur
     st.apply(0, "rank", {"t": "result", "at": 1.1}, 1.1)
     st.close_out(2.0)
     assert isinstance(st.conclude(2.0, timeout=None, value_needed=False), RunInterrupted)
+
+
+class _Agents:
+    """The channel's side a supervisor talks to: who was told to stop."""
+
+    def __init__(self) -> None:
+        self.stopped: list[str] = []
+
+    def send(self, rank, role, msg) -> bool:
+        return True
+
+    def stop_all(self, reason, spare=frozenset()) -> set[int]:
+        self.stopped.append(reason)
+        return {0, 1} - set(spare)
+
+
+class _Launcher:
+    def cancel(self) -> None:
+        pass
+
+
+def _supervised():
+    from jupyter_torchdist.kernel.runs.supervisor import Supervisor
+    from jupyter_torchdist.views import NullView
+
+    agents = _Agents()
+    return Supervisor(_run(2), agents, _Launcher(), NullView(), queue.SimpleQueue(), None), agents
+
+
+def _step(sup, rank, step, total):
+    sup.handle(C.Inbound(rank, C.RANK, {"t": C.PROGRESS, "step": step, "total": total}))
+
+
+def test_a_held_early_stop_stops_a_member_whose_ranks_step_on():
+    """A rule's stop that lands after every rank's last step is held, not dropped: a loop whose ``total`` counts one
+    epoch's steps goes on to step 1 of the next, and the held stop then stops it."""
+    early = C.Inbound(-1, C.BACKEND, {"t": C.STOP_WANTED, "by": "the sweep (ASHA)", "early": True})
+    sup, agents = _supervised()
+    for rank in (0, 1):
+        _step(sup, rank, 6, 6)
+    sup.handle(early)
+    assert sup.state.stop_reason is None and not agents.stopped   # moot so far: the ranks only have to return
+    _step(sup, 0, 1, 6)   # ... but rank 0 began another epoch
+    assert sup.state.stop_reason == "interrupted" and agents.stopped and sup.state.stopped_early
+    sup, agents = _supervised()
+    _step(sup, 0, 6, 6)
+    _step(sup, 1, 5, 6)
+    sup.handle(early)   # rank 1 has a step to go: stopped at once
+    assert sup.state.stop_reason == "interrupted" and agents.stopped

@@ -50,6 +50,7 @@ class Supervisor:
     names: list[str] | None = None   # the global names rank 0's own code defined (kept ranks)
     tap: Callable[[Inbound], None] | None = None  # the run's recorder (--track, --profile): its ranks' reports
     listener: Callable[[Inbound], None] | None = None  # a sweep's judge: each report as it arrives (never raises)
+    held_stop: Inbound | None = None  # a sweep's early stop that came after every rank's last step (moot so far)
 
     def __init__(self, state: RunState, server: ChannelServer, launcher: Launcher, view: RunView,
                  inbox: queue.SimpleQueue[Inbound], deadline: float | None) -> None:
@@ -77,7 +78,8 @@ class Supervisor:
         if self.tap is not None and ev.role == C.RANK and t in (C.PROGRESS, C.PROFILE):
             self._record(ev)
         if ev.role == C.BACKEND and t == C.STOP_WANTED and ev.msg.get("early") and self.state.took_every_step():
-            return   # a sweep's rule judged this member, which has since taken its last step: it ends done
+            self.held_stop = ev   # a sweep's rule judged this member, which has since taken its last step: it
+            return                # ends done, unless a rank steps on (a total per epoch): then it stops
         self.state.apply(ev.rank, ev.role, ev.msg, ev.at)
         if ev.role == C.RANK and self.data is not None:
             if t in (C.DATA_OPEN, C.DATA_DONE):
@@ -101,6 +103,9 @@ class Supervisor:
             self.stop("failed")
         if t in (C.RESULT, C.FAILED) and not self.released and self.state.all_ended():
             self._release(range(self.state.world_size))
+        if self.held_stop is not None and t == C.PROGRESS and not self.state.took_every_step():
+            held, self.held_stop = self.held_stop, None
+            self.handle(held)
 
     def _record(self, ev: Inbound) -> None:
         """Hand the recorder what it keeps; its failure is said once and never costs the run."""
