@@ -28,7 +28,7 @@ from collections.abc import Collection
 from typing import Any, Protocol
 
 __all__ = [
-    "MAGIC", "NONCE_LEN", "MAC_LEN", "ROLE_RANK", "ROLE_AGENT", "ROLE_DATA", "ProtocolError", "Deadline",
+    "MAGIC", "NONCE_LEN", "MAC_LEN", "ROLE_RANK", "ROLE_AGENT", "ROLE_DATA", "ROLE_FILES", "ProtocolError", "Deadline",
     "HELLO_LEN", "new_secret", "client_mac", "server_mac", "recv_exact", "send_frame", "recv_frame",
     "encode_frame", "check_message",
 ]
@@ -40,6 +40,7 @@ HELLO_LEN = 1 + 4 + MAC_LEN
 ROLE_RANK = b"R"   # the process running the user's code
 ROLE_AGENT = b"A"  # the Spark task that forked it and watches its exit
 ROLE_DATA = b"D"   # a data worker sending batches to a rank (the data plane: data/transport.py)
+ROLE_FILES = b"F"  # a rank's host fetching the run's code by digest (rank/code_setup.py); any number per rank
 _LEN = struct.Struct(">I")
 
 

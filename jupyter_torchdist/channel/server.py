@@ -26,6 +26,7 @@ import socket
 import struct
 import threading
 import time
+from collections.abc import Callable
 from typing import Any, cast
 
 from ..core import contract as C
@@ -50,6 +51,13 @@ class _Conn:
         self.info: C.AgentHelloMsg | None = None  # the agent's own report: host, pid
         self.exited = False             # the agent reported the rank's exit
         self.stopping = False           # the kernel told this agent to stop its rank
+
+
+class _Files:
+    """An authenticated connection that only fetches the run's code (``ROLE_FILES``)."""
+
+    def __init__(self, sock: Stream) -> None:
+        self.sock = sock
 
 
 class _Slot:
@@ -95,8 +103,9 @@ class ChannelServer:
     def __init__(self, world_size: int, *, host: str = "127.0.0.1", secret: bytes | None = None,
                  max_frame: int = DEFAULT_MAX_FRAME, tls: bool | ServerIdentity = False,
                  inbox: queue.SimpleQueue[Inbound] | None = None, watcher: str = "the agent process",
-                 lost_hint: str = "") -> None:
+                 lost_hint: str = "", files: Callable[[str], bytes | None] | None = None) -> None:
         self.world_size = world_size
+        self.files = files  # a digest's bytes (the run's code: kernel/code_ship.blob), for ROLE_FILES connections
         self.watcher, self.lost_hint = watcher, lost_hint  # how to name a lost agent (launcher's words)
         self.secret = secret or P.new_secret()
         self.max_frame = max_frame
@@ -167,7 +176,7 @@ class ChannelServer:
         finally:
             self._listener.close()
 
-    def _handshake(self, slot: _Slot) -> _Conn | None:
+    def _handshake(self, slot: _Slot) -> _Conn | _Files | None:
         raw = slot.sock
         assert isinstance(raw, socket.socket)
         timed = P.Deadline(raw, HANDSHAKE_TIMEOUT_S)
@@ -179,10 +188,12 @@ class ChannelServer:
         sock.sendall(P.MAGIC + nonce)
         hello = P.recv_exact(sock, P.HELLO_LEN)
         role, rank, mac = hello[:1], int.from_bytes(hello[1:5], "big"), hello[5:]
-        if role not in (P.ROLE_RANK, P.ROLE_AGENT) or not 0 <= rank < self.world_size:
+        if role not in (P.ROLE_RANK, P.ROLE_AGENT, P.ROLE_FILES) or not 0 <= rank < self.world_size:
             return None
         if not hmac.compare_digest(mac, P.client_mac(self.secret, nonce, role, rank)):
             return None
+        if role == P.ROLE_FILES:  # not a rank's own connection: served on this thread, then closed
+            return self._files_connection(sock, raw, nonce)
         stream: Stream = sock if isinstance(sock, TLSStream) else raw
         conn = _Conn(stream, raw, rank, C.RANK if role == P.ROLE_RANK else C.AGENT)
         with conn.lock:  # a send() to this connection waits until our "OK" is out
@@ -205,6 +216,32 @@ class ChannelServer:
                 raise
         return conn
 
+    def _files_connection(self, sock: Any, raw: socket.socket, nonce: bytes) -> _Files:
+        sock.sendall(b"OK" + P.server_mac(self.secret, nonce))
+        if isinstance(sock, TLSStream):
+            sock.sock = raw
+        raw.settimeout(SEND_TIMEOUT_S * 6)  # a host that stops reading a large bundle is dropped after a minute
+        return _Files(sock if isinstance(sock, TLSStream) else raw)
+
+    def _send_files(self, sock: Stream) -> None:
+        """Answer one host's requests for the run's code by digest (one frame each way), then close."""
+        try:
+            while True:
+                try:
+                    req = P.recv_frame(sock, 1 << 12)
+                except (EOFError, OSError, P.ProtocolError):
+                    return
+                digest = req.get("digest") if isinstance(req, dict) and req.get("t") == C.FETCH else None
+                reply: C.BlobMsg = {"t": C.BLOB, "data": None}
+                if isinstance(digest, str) and self.files is not None:
+                    try:
+                        reply["data"] = self.files(digest)
+                    except Exception as exc:
+                        reply["error"] = str(exc)
+                P.send_frame(sock, reply)
+        except OSError:
+            return
+
     def _serve(self, slot: _Slot) -> None:
         conn = None
         try:
@@ -217,6 +254,10 @@ class ChannelServer:
         if conn is None:
             self._count("refused")
             _close(slot.sock)
+            return
+        if isinstance(conn, _Files):
+            self._send_files(conn.sock)
+            _close(conn.sock)
             return
         self.inbox.put(Inbound(conn.rank, conn.role, {"t": C.CONNECTED}))
         with self._lock:

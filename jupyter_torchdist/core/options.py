@@ -73,6 +73,11 @@ class RunOptions:
     # order (its local mode's draw from the driver's GPUs; empty: the kernel's visible ones).
     task_nodes: bool = False
     gpus: tuple[str, ...] = ()
+    # The notebook's code on every rank (docs/user-guide/your-code.md): the ranks' working directory (None: the
+    # notebook's folder; "none": no folder travels), packages to install on each host, a requirements file.
+    workdir: str | None = None
+    pip: tuple[str, ...] = ()
+    requirements: str | None = None
 
     def __post_init__(self) -> None:
         if not _whole(self.n) or self.n < 1:
@@ -99,6 +104,7 @@ class RunOptions:
             raise OptionsError(f"--checkpoint-dir must be a folder or a URL every rank can write (e.g. "
                                f"--checkpoint-dir /shared/ckpt or s3://bucket/run1), got {self.checkpoint_dir!r}")
         _check_debug(self)
+        _check_code(self)
         _check_background(self)
         check_track(self)
         if not _finite_positive(self.max_payload_mb):
@@ -126,6 +132,9 @@ class RunOptions:
             **({"pdb": True} if self.pdb else {}),
             **({"stall_after": self.stall_after} if self.stall_after != DEFAULT_STALL_AFTER_S else {}),
             **({"background": True} if self.background else {}),
+            **({"workdir": self.workdir} if self.workdir is not None else {}),
+            **({"pip": list(self.pip)} if self.pip else {}),
+            **({"requirements": self.requirements} if self.requirements else {}),
             **({"track": ",".join(self.track)} if self.track else {}),
             **({"profile": "auto" if self.profile == (-1, -1) else f"{self.profile[0]}:{self.profile[1]}"}
                if self.profile is not None else {}),
@@ -139,6 +148,19 @@ def _check_debug(options: RunOptions) -> None:
                            f"run is stalled), got {options.stall_after!r}")
     if not isinstance(options.pdb, bool):
         raise OptionsError(f"--pdb is a switch, got {options.pdb!r}")
+
+
+def _check_code(options: RunOptions) -> None:
+    """The notebook's code on the ranks (docs/user-guide/your-code.md)."""
+    if options.workdir is not None and (not isinstance(options.workdir, str) or not options.workdir.strip()):
+        raise OptionsError(f"--workdir must be a folder (e.g. --workdir ../project) or none, got {options.workdir!r}")
+    if isinstance(options.pip, str) or not all(isinstance(p, str) and p.strip() for p in options.pip):
+        raise OptionsError(f"--pip takes one requirement each time, as pip install does (e.g. --pip "
+                           f"'scikit-learn>=1.5' --pip dist/mylib-0.1-py3-none-any.whl), got {options.pip!r}")
+    if options.requirements is not None and (not isinstance(options.requirements, str)
+                                             or not options.requirements.strip()):
+        raise OptionsError(f"--requirements must be a requirements file (e.g. --requirements requirements.txt), "
+                           f"got {options.requirements!r}")
 
 
 def _check_background(options: RunOptions) -> None:
@@ -255,12 +277,25 @@ def _build_parser(prog: str) -> _Parser:
     p.add_argument("--keep", action="store_true",
                    help="(cells) run on kept ranks: started by the first such cell, they keep their state (names "
                         "the cell assigns, the process group) for the next --keep cell; %%distribute_stop ends them")
+    _add_code_options(p)
     _add_fault_options(p)
     _add_background_options(p)
     add_track_options(p)
     p.add_argument("script", nargs=argparse.REMAINDER,
                    help="a script and its arguments, run as torchrun would (the line magic and the command line)")
     return p
+
+
+def _add_code_options(p: _Parser) -> None:
+    """The notebook's own code on every rank, wherever it runs."""
+    p.add_argument("--workdir", metavar="PATH",
+                   help="the folder each rank runs in, sent to every rank's host that does not see it (default: the "
+                        "notebook's folder; none: send no folder). Capped at 64 MB; .gitignore is honoured")
+    p.add_argument("--pip", action="append", default=None, metavar="SPEC",
+                   help="install SPEC (anything pip install takes; a wheel on this machine travels with the run) on "
+                        "each rank's host, into a cached overlay of its own; repeatable")
+    p.add_argument("--requirements", metavar="FILE",
+                   help="install the packages of this requirements file (read here) on each rank's host, as --pip")
 
 
 def _add_fault_options(p: _Parser) -> None:
@@ -324,6 +359,7 @@ def parse_argv(argv: list[str], prog: str = MAGIC_PROG) -> RunOptions:
     """Parse split arguments into validated options (the command line refuses the cell-only ones)."""
     values = vars(_PARSERS[prog].parse_args(bare_profile(argv)))
     values["script"] = tuple(values.get("script") or ())
+    values["pip"] = tuple(values.get("pip") or ())
     values["n_explicit"] = values["n"] is not None
     values["n"] = 2 if values["n"] is None else values["n"]
     if values["track"] is None:

@@ -1,7 +1,7 @@
 """The plain Python API under the magic, for code outside notebooks."""
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..core.space import check_space
@@ -33,15 +33,21 @@ def _recording(track: str | None, experiment: str | None, logdir: str | None,
     return {"track": trackers, "experiment": experiment, "logdir": logdir, "profile": window}
 
 
+def _code(workdir: str | None, pip: str | Sequence[str], requirements: str | None) -> dict[str, Any]:
+    """``workdir=``, ``pip=`` (one requirement or several), ``requirements=`` as RunOptions' fields."""
+    return {"workdir": workdir, "pip": (pip,) if isinstance(pip, str) else tuple(pip), "requirements": requirements}
+
+
 def run_detailed(fn: Callable[..., Any], *args: Any, n: int = 2, gpu: bool = False, local: bool = False,
                  timeout: float | None = None, all_ranks: bool = False, data_workers: int | None = None,
                  max_restarts: int = 0, checkpoint_dir: str | None = None, view: RunView | None = None,
                  track: str | None = None, experiment: str | None = None, logdir: str | None = None,
-                 profile: bool | str | tuple[int, int] | None = None, **kwargs: Any) -> RunResult:
+                 profile: bool | str | tuple[int, int] | None = None, workdir: str | None = None,
+                 pip: str | Sequence[str] = (), requirements: str | None = None, **kwargs: Any) -> RunResult:
     """Like ``run`` but returns the whole ``RunResult`` (every rank's value, state, logs, failed attempts)."""
     options = RunOptions(n=n, gpu=gpu, local=local, timeout=timeout, all_ranks=all_ranks, data_workers=data_workers,
                          max_restarts=max_restarts, checkpoint_dir=checkpoint_dir,
-                         **_recording(track, experiment, logdir, profile))
+                         **_recording(track, experiment, logdir, profile), **_code(workdir, pip, requirements))
     work = Work(fn, args, kwargs, title=f"run({getattr(fn, '__name__', 'fn')}) -n {n}")
     return launch(work, options, view)
 
@@ -50,7 +56,8 @@ def run(fn: Callable[..., Any], *args: Any, n: int = 2, gpu: bool = False, local
         timeout: float | None = None, all_ranks: bool = False, data_workers: int | None = None,
         max_restarts: int = 0, checkpoint_dir: str | None = None, background: bool = False,
         track: str | None = None, experiment: str | None = None, logdir: str | None = None,
-        profile: bool | str | tuple[int, int] | None = None, **kwargs: Any) -> Any:
+        profile: bool | str | tuple[int, int] | None = None, workdir: str | None = None,
+        pip: str | Sequence[str] = (), requirements: str | None = None, **kwargs: Any) -> Any:
     """Call ``fn(*args, **kwargs)`` on ``n`` ranks (process group ready) and return rank 0's value.
 
     With ``all_ranks=True`` the list of every rank's value comes back instead. A Spark DataFrame among the
@@ -59,17 +66,21 @@ def run(fn: Callable[..., Any], *args: Any, n: int = 2, gpu: bool = False, local
     ``checkpoint_dir`` are ``--max-restarts`` and ``--checkpoint-dir`` (``jupyter_torchdist.commit``/``restore``).
     With ``background=True`` a ``Run`` handle comes back at once (``.result()`` gives the value later).
     ``track`` ("mlflow", "tensorboard", "wandb", several with commas, "none"), ``experiment``, ``logdir`` and
-    ``profile`` (True, or "START:STOP") are ``--track``, ``--experiment``, ``--logdir`` and ``--profile``.
+    ``profile`` (True, or "START:STOP") are ``--track``, ``--experiment``, ``--logdir`` and ``--profile``;
+    ``workdir`` (a folder, or "none"), ``pip`` (a requirement, or a list) and ``requirements`` (a file) are
+    ``--workdir``, ``--pip`` and ``--requirements``.
     """
     if background:
         options = RunOptions(n=n, gpu=gpu, local=local, timeout=timeout, all_ranks=all_ranks,
                              data_workers=data_workers, max_restarts=max_restarts, checkpoint_dir=checkpoint_dir,
-                             background=True, **_recording(track, experiment, logdir, profile))
+                             background=True, **_recording(track, experiment, logdir, profile),
+                             **_code(workdir, pip, requirements))
         return launch_background(Work(fn, args, kwargs, title=f"run({getattr(fn, '__name__', 'fn')}) -n {n}"),
                                  options)
     return run_detailed(fn, *args, n=n, gpu=gpu, local=local, timeout=timeout, all_ranks=all_ranks,
                         data_workers=data_workers, max_restarts=max_restarts, checkpoint_dir=checkpoint_dir,
-                        track=track, experiment=experiment, logdir=logdir, profile=profile, **kwargs).value
+                        track=track, experiment=experiment, logdir=logdir, profile=profile, workdir=workdir, pip=pip,
+                        requirements=requirements, **kwargs).value
 
 
 def sweep(fn: Callable[..., Any], space: Mapping[str, Any], *args: Any, n: int = 2, gpu: bool = False,
@@ -79,7 +90,8 @@ def sweep(fn: Callable[..., Any], space: Mapping[str, Any], *args: Any, n: int =
           early_stop: str = "none", grace: int = 1, reduction_factor: int | None = None, max_steps: int | None = None,
           metric_reduce: str | None = None, study: str | None = None,
           track: str | None = None, experiment: str | None = None, logdir: str | None = None,
-          profile: bool | str | tuple[int, int] | None = None, **kwargs: Any) -> Sweep:
+          profile: bool | str | tuple[int, int] | None = None, workdir: str | None = None,
+          pip: str | Sequence[str] = (), requirements: str | None = None, **kwargs: Any) -> Sweep:
     """Call ``fn(*args, **kwargs, **params)`` on ``n`` ranks once per member of ``space``, as background runs,
     ``concurrent`` at once (default: as many as the task slots hold). Returns the sweep's handle at once:
     ``wait()``, ``results()``, ``best()``, ``stop()``, ``runs``.
@@ -90,14 +102,15 @@ def sweep(fn: Callable[..., Any], space: Mapping[str, Any], *args: Any, n: int =
     worse ones from step ``grace`` on (ASHA's rungs ``reduction_factor`` apart, default 4; ``max_steps``: the steps a
     member runs, where no rule judges); ``study`` (a SQLite file) makes the search resumable. These keywords are the
     sweep's own: to hand ``fn`` an argument of one of these names, bind it first (``functools.partial``).
-    ``track``/``experiment``/``logdir``/``profile`` record it as ``run`` does: a parent record, a child per member.
+    ``track``/``experiment``/``logdir``/``profile`` record it as ``run`` does: a parent record, a child per member;
+    ``workdir``/``pip``/``requirements`` are ``run``'s.
     """
     options = RunOptions(n=n, gpu=gpu, local=local, timeout=timeout, all_ranks=all_ranks, concurrent=concurrent,
                          max_restarts=max_restarts, checkpoint_dir=checkpoint_dir, sweep=check_space(space),
                          background=True, trials=trials, search=search, seed=seed, metric=metric, mode=mode,
                          early_stop=early_stop, grace=grace, reduction_factor=reduction_factor, max_steps=max_steps,
                          metric_reduce=metric_reduce, study=study,
-                         **_recording(track, experiment, logdir, profile))
+                         **_recording(track, experiment, logdir, profile), **_code(workdir, pip, requirements))
     return sweep_function(fn, options, args, kwargs, NullView())
 
 

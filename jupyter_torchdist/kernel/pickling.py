@@ -1,8 +1,12 @@
 """Pickle the cell function with what it uses (cloudpickle, by value), and say clearly what cannot travel."""
 from __future__ import annotations
 
+import ast
 import builtins
+import dis
+import io
 import types
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..core._pickle import Pickler, dumps
@@ -10,7 +14,17 @@ from ..core._units import human_bytes
 from ..data.frame_handles import reduce_dataframe
 from ..core.errors import CaptureError
 
-__all__ = ["pack", "referenced_globals"]
+__all__ = ["pack", "Packed", "referenced_globals"]
+
+
+@dataclass(frozen=True)
+class Packed:
+    """A run's pickled work, and the modules it needs on the ranks: those it imports (its code objects' and shipped
+    sources' imports) and those its objects are pickled by reference from (``mymodel.Net``). ``code_ship`` decides
+    from them what travels."""
+
+    data: bytes
+    modules: frozenset[str] = frozenset()
 
 
 class _Pickler(Pickler):
@@ -20,6 +34,46 @@ class _Pickler(Pickler):
     def reducer_override(self, obj: Any) -> Any:
         reduced = reduce_dataframe(obj)
         return reduced if reduced is not None else super().reducer_override(obj)
+
+
+class _Recording(_Pickler):
+    """``_Pickler`` that also notes every module the payload needs on the ranks (``Packed.modules``)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.modules: set[str] = set()
+
+    def reducer_override(self, obj: Any) -> Any:
+        modules = self.modules
+        if isinstance(obj, types.ModuleType):
+            modules.add(obj.__name__)
+        elif isinstance(obj, types.CodeType):
+            for ins in dis.get_instructions(obj):
+                if ins.opname == "IMPORT_NAME" and isinstance(ins.argval, str):
+                    modules.add(ins.argval)
+        elif isinstance(obj, (type, types.FunctionType, types.BuiltinFunctionType)):
+            modules.add(str(getattr(obj, "__module__", None) or ""))
+        else:
+            modules.add(type(obj).__module__)
+            source = getattr(obj, "source", None)
+            if isinstance(source, str) and type(obj).__module__.startswith("jupyter_torchdist.rank"):
+                modules.update(imports_in_source(source))  # a kept cell, a script: their source travels
+        return super().reducer_override(obj)
+
+
+def imports_in_source(source: str) -> set[str]:
+    """Top-level names a source text imports (absolute imports); none if it does not parse."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return set()
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module.split(".")[0])
+    return names
 
 
 def _dumps(obj: Any) -> bytes:
@@ -136,14 +190,17 @@ def _sizes(fn: Callable[..., Any], args: tuple[Any, ...] = (), kwargs: dict[str,
 
 
 def pack(fn: Callable[..., Any], args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None,
-         *, max_bytes: int, named: dict[str, Any] | None = None) -> bytes:
+         *, max_bytes: int, named: dict[str, Any] | None = None) -> Packed:
     """Pickle ``(fn, args, kwargs)`` for the ranks, or raise a CaptureError that names the culprit.
 
     ``named``: values ``fn`` carries that the user knows by name (a kept cell's shipped notebook values).
     """
     kwargs = kwargs or {}
+    buf = io.BytesIO()
+    pickler = _Recording(buf, protocol=5)
     try:
-        data = _dumps((fn, args, kwargs))
+        pickler.dump((fn, args, kwargs))
+        data = buf.getvalue()
     except Exception as exc:
         culprit = _blame(fn, args, kwargs, named)
         if culprit is None:
@@ -164,5 +221,5 @@ def pack(fn: Callable[..., Any], args: tuple[Any, ...] = (), kwargs: dict[str, A
             f"(--max-payload-mb). Biggest captured variables: {biggest}. Load large data inside the cell "
             "(from a path), or raise the limit with --max-payload-mb."
         )
-    return data
+    return Packed(data, frozenset(m for m in pickler.modules if m))
 

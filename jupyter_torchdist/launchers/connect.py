@@ -78,7 +78,7 @@ def _relayed(ctx: Any, plan: RunPlan, rank: int) -> tuple[RunPlan, Any]:
         relay = Relay(replace(plan, tls=None), host)
         relay.start()
     where = json.loads(ctx.allGather(json.dumps(list(relay.address) if relay else None))[0])
-    return replace(plan, address=(str(where[0]), int(where[1])), tls=None, probe_s=None), relay
+    return replace(plan, address=(str(where[0]), int(where[1])), tls=None, probe_s=None, offline=True), relay
 
 
 def _rank_task(plan: RunPlan, local_gpus: list[str] | None, per_task: int, batches: Any) -> Any:
@@ -219,7 +219,7 @@ class ConnectLauncher(Launcher):
                           channel_host=host, loopback=host == "127.0.0.1" and advertise is None, channel_tls=tls_on,
                           warnings=(warning,) if warning else (), watcher="the Spark task (its Python worker)",
                           lost_hint="The executor's log says why.", advertise=advertise,
-                          ranks_per_task=self._per_task)
+                          ranks_per_task=self._per_task, inline_code=_reachable.get(self._key) is False)
 
     def _check_slots(self, n: int) -> None:
         slots = self.capacity().slots

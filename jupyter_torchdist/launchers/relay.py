@@ -33,7 +33,8 @@ class Relay:
     def __init__(self, plan: RunPlan, host: str) -> None:
         self.plan = plan
         self.server = ChannelServer(plan.world_size, host=host, secret=plan.secret,
-                                    max_frame=plan.max_value_bytes + _FRAME_SLACK, watcher="the Spark task")
+                                    max_frame=plan.max_value_bytes + _FRAME_SLACK, watcher="the Spark task",
+                                    files=dict(plan.inline).get)  # the notebook's code, when the plan carries it
         self._kept: list[Inbound] = []
         self._logs: dict[int, collections.deque[Inbound]] = collections.defaultdict(
             lambda: collections.deque(maxlen=LOG_LINES_KEPT))

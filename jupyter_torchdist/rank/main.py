@@ -11,6 +11,8 @@ import signal
 import sys
 import threading
 import time
+import traceback
+from collections.abc import Callable
 from typing import Any
 
 import cloudpickle
@@ -22,12 +24,14 @@ from ..core.gpus import cuda_unfit
 from ..channel import protocol as P
 from ..channel.handshake import connect
 from ..core.contract import RunPlan
+from ..core.contract.code import CodeShip
 from . import api as rank_api
 from . import collectives, debugger, places as where
 from .allocator import tune_allocator
 from .checkpoint import Checkpoints, check_shared
 from .checkpoint import flush as flush_commits
 from .client import RankClient
+from .code_setup import CodeSetup, CodeSetupError, fetcher, refresh, set_up
 from .group import cpu_group, init_group, rendezvous, set_env
 from .kept import serve_cells
 from .kept_payload import Namespace, run_job
@@ -122,14 +126,17 @@ def _final(outcome: tuple[str, Any], at: float, *, filename: str, send_value: bo
     return final
 
 
-def _run_kept_cell(cell: C.CellMsg, ns: Namespace, guard: Any, *, client: RankClient,
-                   rank: int) -> C.FinalMessage:
+def _run_kept_cell(cell: C.CellMsg, ns: Namespace, guard: Any, *, client: RankClient, rank: int,
+                   code: CodeSetup | None = None, fetch: Callable[[str], bytes] | None = None) -> C.FinalMessage:
+    reloaded = _reload_edited(code, cell.get("code"), fetch) if cell["cell"] > 1 else []
     register_source(cell["filename"], cell["source"])
     _begin_cell(cell["cell"])
     where.set_cell(cell["filename"])
     debugger.begin_cell(bool(cell.get("post_mortem")))
     reporting = _Reporting(client)
     try:
+        if reloaded and rank == 0:  # the cell says which modules it runs anew, as %autoreload would
+            print(f"jupyter-torchdist: reloaded {', '.join(reloaded)} (edited since the last cell)", file=sys.stderr)
         client.post({"t": C.STATE, "state": "running"})
         outcome, at = _ended(_flushed(_call_kept(cell["payload"], ns, guard)), cell["filename"])
         debugger.remember(outcome)
@@ -137,6 +144,17 @@ def _run_kept_cell(cell: C.CellMsg, ns: Namespace, guard: Any, *, client: RankCl
         reporting.close()
     return _final(outcome, at, filename=cell["filename"], send_value=rank == 0 or cell["all_ranks"],
                   max_bytes=cell["max_value_bytes"])
+
+
+def _reload_edited(code: CodeSetup | None, ship: CodeShip | None, fetch: Callable[[str], bytes] | None) -> list[str]:
+    """Kept ranks: the notebook's code as of this cell, and the modules edited since the last one reloaded."""
+    if code is None or ship is None or fetch is None:
+        return []
+    try:
+        return refresh(code, ship, fetch)
+    except Exception as exc:  # the cell runs all the same, on the code as it was; say why
+        print(f"jupyter-torchdist: could not reload the notebook's edited modules: {exc}", file=sys.stderr)
+        return []
 
 
 def _begin_cell(cell: int) -> None:
@@ -184,7 +202,8 @@ def _checkpoints(plan: RunPlan, rank: int, client: RankClient) -> None:
     runtime.checkpoints = checkpoints
 
 
-def _kept(plan: RunPlan, rank: int, store: Any, device: str, link: KernelLink, client: RankClient) -> int:
+def _kept(plan: RunPlan, rank: int, store: Any, device: str, link: KernelLink, client: RankClient,
+          code: CodeSetup | None) -> int:
     try:
         client.post({"t": C.STATE, "state": "starting"})
         init_group(plan, rank, store, device)
@@ -197,7 +216,10 @@ def _kept(plan: RunPlan, rank: int, store: Any, device: str, link: KernelLink, c
     first: C.CellMsg = {"t": C.CELL, "cell": 1, "payload": plan.payload, "filename": plan.filename,
                         "source": plan.source, "all_ranks": plan.all_ranks, "max_value_bytes": plan.max_value_bytes,
                         "post_mortem": plan.post_mortem}
-    return serve_cells(first, link, client, rank, functools.partial(_run_kept_cell, client=client, rank=rank))
+    if code is not None:
+        code.note_loaded()
+    return serve_cells(first, link, client, rank, functools.partial(_run_kept_cell, client=client, rank=rank,
+                                                                    code=code, fetch=_fetch(plan, rank)))
 
 
 def _debuggable(plan: RunPlan, link: KernelLink, client: RankClient) -> None:
@@ -212,9 +234,6 @@ def _debuggable(plan: RunPlan, link: KernelLink, client: RankClient) -> None:
 
 def rank_main(plan: RunPlan, rank: int, gpu_address: str | None = None) -> int:
     """Run one rank to the end. Returns the process exit code; never raises."""
-    from .trainer_bridge import install as install_trainers
-    from .tqdm_bridge import install as install_tqdm
-
     signal.signal(signal.SIGINT, signal.default_int_handler)  # a forked worker may have ignored it
     tune_allocator()
     sock = connect(plan.address, plan.secret, rank, P.ROLE_RANK, tls=plan.tls)
@@ -223,10 +242,43 @@ def rank_main(plan: RunPlan, rank: int, gpu_address: str | None = None) -> int:
         RankClient(sock).send_final([final_message("error", RuntimeError(why), filename=plan.filename,
                                                    send_value=False, max_bytes=0)])
         return 1
+    try:  # the notebook's code, files and packages here, before any peer is waited for
+        code = None if plan.code is None else set_up(plan.code, _fetch(plan, rank), f"{plan.run_id}-{plan.attempt}",
+                                                     lenient=plan.offline)
+    except Exception as exc:
+        RankClient(sock).send_final([_setup_failed(exc)])
+        return 1
+    try:
+        return _rank_body(plan, rank, gpu_address, sock, code)
+    finally:
+        if code is not None:
+            code.close()
+
+
+def _fetch(plan: RunPlan, rank: int) -> Callable[[str], bytes]:
+    return fetcher(plan.address, plan.secret, rank, plan.tls)
+
+
+def _setup_failed(exc: Exception) -> C.FailedMsg:
+    """The run's code could not be set up on this host: what to do in the summary, pip's own lines below it."""
+    text = str(exc)
+    head, _, rest = text.partition("\n")
+    return {"t": C.FAILED, "summary": f"{type(exc).__name__}: {head}", "at": time.time(),
+            "traceback": (getattr(exc, "details", "") or rest) if isinstance(exc, CodeSetupError) else
+            "".join(traceback.format_exception(exc))}
+
+
+def _rank_body(plan: RunPlan, rank: int, gpu_address: str | None, sock: Any, code: CodeSetup | None) -> int:
+    """From the rendezvous to the end of the rank's cell (or, kept, its last cell)."""
+    from .trainer_bridge import install as install_trainers
+    from .tqdm_bridge import install as install_tqdm
+
     rdv, store = rendezvous(sock, plan, rank, gpu_address)
     bind_ip = "127.0.0.1" if plan.loopback else sock.getsockname()[0]
     device = set_env(plan, rank, rdv, bind_ip)
     client = RankClient(sock, plan.world_size, every_point=plan.every_point and rank == 0)
+    for warning in code.warnings if code is not None and rank == 0 else ():
+        client.post_log("stderr", f"jupyter-torchdist warning: {warning}\n", time.time())
     link = KernelLink(sock)
     install(RankRuntime(plan, rank, client, link, bind_ip, UsageSampler(client.post_usage, gpu=plan.gpu)))
     install_tqdm(rank_api.report)
@@ -235,7 +287,7 @@ def rank_main(plan: RunPlan, rank: int, gpu_address: str | None = None) -> int:
         sys.argv = list(plan.argv)
     _debuggable(plan, link, client)
     if plan.keep:
-        return _kept(plan, rank, store, device, link, client)
+        return _kept(plan, rank, store, device, link, client, code)
     final = _one_shot(plan, rank, store, device, client)
     client.send_final([final])  # our failure reaches the kernel before any peer's echo of it
     # Stay until the kernel says every rank has ended its cell (or is gone). A rank that exits early takes

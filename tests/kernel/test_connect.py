@@ -24,7 +24,10 @@ def kernel(connect_server):
     setup = ("from pyspark.sql import SparkSession\n"
              f"spark = SparkSession.builder.remote({connect_server.url!r}).getOrCreate()\n"
              "import jupyter_torchdist as jt")
-    with loaded_kernel(setup=setup) as k:
+    folder = connect_server.notebooks / "connect"  # the server cannot see it, as a remote one could not
+    folder.mkdir()
+    (folder / "beside.py").write_text("VALUE = 7\n")
+    with loaded_kernel(setup=setup, cwd=str(folder)) as k:
         yield k
 
 
@@ -159,8 +162,9 @@ def test_an_unreachable_channel_still_brings_back_the_value_tracebacks_and_logs(
         notices = _value(kernel, "jt.last_run().state.notices()")
         assert "live progress is unavailable" in notices and "spark.jupyter_torchdist.channel" in notices
         assert "hello from rank 1" in _value(kernel, "str(jt.last_run().logs[1])")
-        again = kernel.execute("%%distribute -n 2 --all-ranks\nimport torch.distributed as dist\ndist.get_rank()")
-        assert again["status"] == "ok" and "[0, 1]" in kernel.text(again)
+        again = kernel.execute("%%distribute -n 2 --all-ranks\nimport torch.distributed as dist, beside\n"
+                               "(dist.get_rank(), beside.VALUE)")  # the notebook's module: the plan carries it now
+        assert again["status"] == "ok" and "[(0, 7), (1, 7)]" in kernel.text(again), kernel.text(again)
         assert "live progress is unavailable" in kernel.text(again)  # said up front once the session is known
         failed = kernel.execute("%%distribute -n 2\nimport torch.distributed as dist\n"
                                 "if dist.get_rank() == 1:\n    raise KeyError('offline failure on rank 1')\n1")
@@ -172,4 +176,5 @@ def test_an_unreachable_channel_still_brings_back_the_value_tracebacks_and_logs(
     finally:
         _ok(kernel, "spark.conf.unset('spark.jupyter_torchdist.channel.advertise')")
     assert _value(kernel, ALL_REDUCE) == "3.0"  # back on the live channel
+    assert _value(kernel, "%%distribute -n 2\nimport beside\nbeside.VALUE") == "7"  # fetched from the kernel
     assert "live progress" not in _value(kernel, "jt.last_run().state.notices()")

@@ -1,5 +1,9 @@
 """A real Spark standalone cluster on loopback (a master and two 1-core workers), from the pip pyspark.
 
+Its workers cannot see the notebooks' folder, as on a real cluster whose executors run on other machines: each worker
+starts in a mount namespace of its own with an empty folder over ``Cluster.notebooks`` (where ``kernel_on`` starts its
+kernels), so nothing beside a notebook reaches a rank unless the run sends it.
+
 The ``cluster`` fixture (tests/conftest.py) starts it once per session and always stops it, with every process it
 spawned (executor JVMs, their Python daemons and workers, rank processes) hunted down even when a test failed.
 """
@@ -32,6 +36,13 @@ class Cluster:
     workdir: Path
     procs: list[subprocess.Popen] = field(default_factory=list)
     started_in_s: float = 0.0
+
+    @property
+    def notebooks(self) -> Path:
+        """Where the test notebooks' kernels run: hidden from the workers (an empty folder there)."""
+        folder = self.workdir.parent / f"{self.workdir.name}-notebooks"
+        folder.mkdir(exist_ok=True)
+        return folder
 
     def logs(self, tail: int = 40) -> str:
         out = []
@@ -96,10 +107,13 @@ _TRAMPOLINE = ("import os, sys; from jupyter_torchdist.rank.forking import set_p
                "os.execv(sys.argv[2], sys.argv[2:])")
 
 
-def _start(cls: str, args: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen:
+def _start(cls: str, args: list[str], log: Path, env: dict[str, str], hide: Path | None = None) -> subprocess.Popen:
+    """A Spark daemon; with ``hide``, in a mount namespace of its own where that folder is empty."""
     spark_class = os.path.join(env["SPARK_HOME"], "bin", "spark-class")
+    hidden = ["unshare", "--mount", "--propagation", "private", "sh", "-c", 'mount -t tmpfs none "$0" && exec "$@"',
+              str(hide)] if hide is not None else []
     with open(log, "wb") as out:
-        return subprocess.Popen([sys.executable, "-c", _TRAMPOLINE, str(os.getpid()), spark_class, cls, *args],
+        return subprocess.Popen([*hidden, sys.executable, "-c", _TRAMPOLINE, str(os.getpid()), spark_class, cls, *args],
                                 stdout=out, stderr=subprocess.STDOUT, env=env, stdin=subprocess.DEVNULL,
                                 start_new_session=True)
 
@@ -165,7 +179,8 @@ def add_worker(c: Cluster, i: int, cores: int, env: dict[str, str] | None = None
     (c.workdir / f"work-{i}").mkdir(exist_ok=True)
     proc = _start("org.apache.spark.deploy.worker.Worker",
                   ["--host", "127.0.0.1", "--port", "0", "--webui-port", "0", "--cores", str(cores), "--memory", memory,
-                   "--work-dir", str(c.workdir / f"work-{i}"), c.url], c.workdir / f"worker-{i}.log", env)
+                   "--work-dir", str(c.workdir / f"work-{i}"), c.url], c.workdir / f"worker-{i}.log", env,
+                  hide=c.notebooks)
     c.procs.append(proc)
     if wait:
         _wait_for(c.workdir / f"worker-{i}.log", r"Successfully registered with master", proc,
@@ -212,7 +227,9 @@ def kernel_on(c: Cluster, conf: dict[str, str] | None = None, name: str = "noteb
                                          if k.startswith(("SPARK_", "PYSPARK"))}
     if not pyspark_python:
         kernel_env["PYSPARK_PYTHON"] = None
-    kernel = Kernel({**kernel_env, **(env or {}), "JUPYTER_TORCHDIST_WARMUP": "0"})
+    folder = c.notebooks / name
+    folder.mkdir(exist_ok=True)
+    kernel = Kernel({**kernel_env, **(env or {}), "JUPYTER_TORCHDIST_WARMUP": "0"}, cwd=str(folder))
     settings = {**session_conf(c.url), "spark.app.name": name, **(conf or {})}
     r = kernel.execute(textwrap.dedent(f"""
         from pyspark.sql import SparkSession

@@ -31,7 +31,9 @@ def start_server(workdir: Any) -> Cluster:
     c = Cluster(url="", workdir=workdir)
     t0 = time.monotonic()
     try:
-        c.procs.append(_start("org.apache.spark.deploy.SparkSubmit", args, workdir / "connect.log", env))
+        # the server is the driver and its executors run the ranks: none of them sees the notebooks' folder
+        c.procs.append(_start("org.apache.spark.deploy.SparkSubmit", args, workdir / "connect.log", env,
+                              hide=c.notebooks))
         m = _wait_for(workdir / "connect.log", r"Spark Connect server started at: (\S+):(\d+)", c.procs[0],
                       time.monotonic() + 180)
         c.url = f"sc://127.0.0.1:{m[2]}"

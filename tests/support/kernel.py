@@ -18,8 +18,9 @@ Watch = Callable[[dict[str, Any]], None]
 
 
 class Kernel:
-    def __init__(self, extra_env: dict[str, str | None] | None = None) -> None:
-        """A kernel with this process's environment and ``extra_env`` (a None value removes the variable)."""
+    def __init__(self, extra_env: dict[str, str | None] | None = None, cwd: str | None = None) -> None:
+        """A kernel with this process's environment and ``extra_env`` (a None value removes the variable), started in
+        ``cwd`` (the notebook's folder; default this process's)."""
         env = dict(os.environ)
         for key, value in (extra_env or {}).items():
             if value is None:
@@ -27,7 +28,7 @@ class Kernel:
             else:
                 env[key] = value
         self.km = KernelManager(kernel_name="python3")
-        self.km.start_kernel(env=env)
+        self.km.start_kernel(env=env, **({"cwd": cwd} if cwd else {}))
         self.kc = self.km.client()
         self.kc.start_channels()
         self.kc.wait_for_ready(timeout=60)
@@ -127,10 +128,10 @@ class Kernel:
 
 
 @contextlib.contextmanager
-def loaded_kernel(extra_env: dict[str, str] | None = None, setup: str = "") -> Iterator[Kernel]:
-    """A kernel with ``%load_ext jupyter_torchdist`` (and ``setup``) run; at the end, shut down and checked that
-    none of its processes (JVM, Python workers, ranks) outlived it."""
-    k = Kernel(extra_env)
+def loaded_kernel(extra_env: dict[str, str] | None = None, setup: str = "", cwd: str | None = None) -> Iterator[Kernel]:
+    """A kernel (started in ``cwd``, its notebook's folder) with ``%load_ext jupyter_torchdist`` (and ``setup``) run;
+    at the end, shut down and checked that none of its processes (JVM, Python workers, ranks) outlived it."""
+    k = Kernel(extra_env, cwd=cwd)
     try:
         r = k.execute("%load_ext jupyter_torchdist" + (f"\n{setup}" if setup else ""))
         assert r["status"] == "ok", k.text(r)

@@ -71,7 +71,7 @@ def test_payload_over_the_limit_names_the_biggest_variables(ns):
 def test_only_what_the_cell_uses_is_captured(ns):
     """A big variable the cell does not use costs nothing (so the limit only bites on real use)."""
     fn = compile_cell("fine(21) + len(small)", ns).fn
-    data = pack(fn, max_bytes=64 * 1024)
+    data = pack(fn, max_bytes=64 * 1024).data
     fn2, args, kwargs = cloudpickle.loads(data)
     assert fn2() == 45 and args == () and kwargs == {}
 
@@ -124,7 +124,7 @@ def test_shipped_code_keeps_the_cells_filename_so_tracebacks_show_its_lines(ns):
 
     exec(compile("def notebook_helper(x):\n    return 1 / x\n", "Cell In[3]", "exec"), ns)
     compiled = compile_cell("y = notebook_helper(0)\ny", ns, filename="Cell In[7]")
-    fn, _, _ = cloudpickle.loads(pack(compiled.fn, max_bytes=MB))
+    fn, _, _ = cloudpickle.loads(pack(compiled.fn, max_bytes=MB).data)
     assert fn.__code__.co_filename == "Cell In[7]"
     with pytest.raises(ZeroDivisionError) as info:
         fn()

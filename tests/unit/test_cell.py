@@ -58,7 +58,7 @@ def test_captures_only_what_the_cell_uses():
     """), ns)
     cell = compile_cell("helper(14)", ns)
     assert set(referenced_globals(cell.fn)) == {"helper"}
-    payload = pack(cell.fn, max_bytes=1 << 20)
+    payload = pack(cell.fn, max_bytes=1 << 20).data
     assert len(payload) < 20_000, "BIG must not be shipped"
     # in a fresh interpreter with none of the notebook's definitions
     code = ("import sys, cloudpickle; fn, a, k = cloudpickle.loads(sys.stdin.buffer.read()); "
@@ -74,6 +74,6 @@ def test_cell_assignments_stay_local_to_the_run():
 
 
 def test_unpack_round_trip():
-    fn, args, kwargs = cloudpickle.loads(pack(max, (1, 5), {}, max_bytes=1 << 20))
+    fn, args, kwargs = cloudpickle.loads(pack(max, (1, 5), {}, max_bytes=1 << 20).data)
     assert fn(*args, **kwargs) == 5
     assert cloudpickle.loads(cloudpickle.dumps(compile_cell("1+1", {}).fn))() == 2

@@ -143,7 +143,7 @@ def test_inbound_is_what_the_unions_say_and_each_type_is_one_constant():
     assert C.SENDS == {C.RANK: set(rank), C.AGENT: set(agent)}
     outbound = _message_types(C.OutboundMessage)
     constants = {v for k, v in vars(C).items() if k.isupper() and isinstance(v, str) and k not in ("RANK", "BACKEND")}
-    every = [*rank, *agent, *channel, *backend, *outbound]
+    every = [*rank, *agent, *channel, *backend, *outbound, *_message_types(C.FilesMessage)]
     assert sorted(every) == sorted(constants), "each message type is one constant, in exactly one union"
 
 
@@ -189,7 +189,7 @@ def _fields_read(path: pathlib.Path) -> list[tuple[str, int]]:
 def test_every_field_read_from_a_message_is_declared():
     """mypy checks ``msg["k"]`` on a typed message, but not the key of ``msg.get("k")`` (it types a wrong one
     as object): no module reads a field that no message of the contract declares."""
-    declared = {"rank"} | {k for union in (C.InboundMessage, C.OutboundMessage)
+    declared = {"rank"} | {k for union in (C.InboundMessage, C.OutboundMessage, C.FilesMessage)
                            for cls in typing.get_args(union) for k in typing.get_type_hints(cls)}
     unknown = [f"{p.relative_to(PKG)}:{line}: {key}" for p in PKG.rglob("*.py")
                for key, line in _fields_read(p) if key not in declared]
@@ -217,7 +217,9 @@ def test_messages_are_built_from_the_contract_only():
 
 def test_what_each_side_sends_is_declared_for_that_side():
     # a kept rank's first cell comes in its plan: the rank makes that CELL message itself
-    allowed = {"rank": C.RANK_SENDS | {C.RENDEZVOUS, C.CELL}, "channel": C.CHANNEL_SAYS | {C.LOST, C.STOPPED, C.STOP}}
+    # a rank's host fetches the run's code over a files connection of its own; the channel answers it
+    allowed = {"rank": C.RANK_SENDS | {C.RENDEZVOUS, C.CELL, C.FETCH},
+               "channel": C.CHANNEL_SAYS | {C.LOST, C.STOPPED, C.STOP, C.BLOB}}
     names = {v: k for k, v in vars(C).items() if isinstance(v, str) and k.isupper()}
     for side, types in allowed.items():
         for path in (PKG / side).rglob("*.py"):

@@ -17,7 +17,8 @@ drift apart. On the wire a message is a plain dict (pickled); the channel stamps
 with its ``"rank"``.
 
 Its modules, by meaning: ``rank_messages`` (what a rank says), ``agent_messages`` (what its agent says),
-``kernel_messages`` (what the kernel says to both), ``notices`` (what the kernel's own side says into a run's inbox:
+``kernel_messages`` (what the kernel says to both), ``code`` (the notebook's code that travels, and the files
+connection that fetches it), ``notices`` (what the kernel's own side says into a run's inbox:
 its channel, launchers, data service and the user's requests), ``rendezvous`` (a rank's hello and the kernel's
 answer), ``debug`` (stacks and pdb, both ways), ``plan`` (what travels to every rank) and ``unions`` (who sends
 what). Import the names from here: ``from ..core import contract as C``.
@@ -37,6 +38,7 @@ from .debug import (FrameInfo, PDB, PDB_REPLY, PdbKind, PdbMsg, PdbReplyMsg, PLA
                     WhereMsg, WhereWantedMsg)
 from .rendezvous import HELLO, HelloMsg, RENDEZVOUS, RendezvousMsg
 from .plan import LaunchInfo, RunPlan, TLSPin
+from .code import BLOB, BlobMsg, Bundle, CodeShip, FETCH, FetchMsg, FilesMessage, NeededImport, PipSet
 from .unions import (AGENT, AGENT_SENDS, AgentMessage, BACKEND, BACKEND_SAYS, BackendMessage, CHANNEL_SAYS,
                      ChannelNotice, DataReply, FinalMessage, INBOUND, Inbound, InboundMessage, OutboundMessage, RANK,
                      RANK_SENDS, RankMessage, Role, SENDS, ToAgent, ToRank, unhandled)
@@ -54,4 +56,5 @@ __all__ = [
     "TLSPin", "RunPlan", "LaunchInfo", "Inbound", "HEARTBEAT_S", "PROFILE", "ProfileMsg", "ProfileShares", "PLACE",
     "PDB", "WHERE", "PDB_REPLY", "WHERE_WANTED", "FrameInfo", "PlaceMsg", "PdbMsg", "WhereMsg", "PdbReplyMsg",
     "WhereWantedMsg", "PdbKind", "STOP_WANTED", "StopWantedMsg", "FOCUS_WANTED", "FocusWantedMsg",
+    "FETCH", "BLOB", "FetchMsg", "BlobMsg", "FilesMessage", "Bundle", "CodeShip", "NeededImport", "PipSet",
 ]

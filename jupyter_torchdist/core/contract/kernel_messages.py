@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Final, Literal, TypedDict
 
+from .code import CodeShip
+
 __all__ = ["RELEASE", "CELL", "DATA_PLAN", "DATA_ERROR", "STOP", "INTERRUPT", "ReleaseMsg", "CellMsg", "DataPlanMsg",
            "DataErrorMsg", "StopMsg", "InterruptMsg"]
 
@@ -34,6 +36,7 @@ class _Cell(TypedDict):
 
 class CellMsg(_Cell, total=False):
     post_mortem: bool     # --pdb: a failing rank offers the kernel its post-mortem
+    code: CodeShip | None  # the notebook's code as of this cell: edited modules are reloaded before it runs
 
 
 class DataPlanMsg(TypedDict):

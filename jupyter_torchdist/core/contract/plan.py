@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .code import CodeShip
+
 __all__ = ["TLSPin", "RunPlan", "LaunchInfo"]
 
 
@@ -42,6 +44,9 @@ class RunPlan:
     every_point: bool = False   # --track: rank 0 sends every report() (the full history), not a thinned few;
     profile: tuple[int, int] | None = None  # --profile: the window of steps (AUTO_WINDOW: a few after the first)
     per_node: int = 0  # pyspark's TorchDistributor layout: each run of this many ranks (a Spark task's) is a node
+    code: CodeShip | None = None  # the notebook's working directory, modules and packages (rank/code_setup.py)
+    inline: tuple[tuple[str, bytes], ...] = ()  # their bytes by digest, for ranks that cannot reach the kernel (the
+    #                                             relay of an offline run serves them: LaunchInfo.inline_code)
 
 
 @dataclass(frozen=True)
@@ -59,3 +64,4 @@ class LaunchInfo:
     start_hint: str = ""                # why ranks may not start in time there, and what to do
     ranks_per_task: int = 1             # the ranks one task runs (a rank per GPU of a task that holds several)
     ui_url: str | None = None           # the backend's own page of the run (the Spark UI), when it has one
+    inline_code: bool = False           # the ranks cannot fetch the notebook's code: the plan carries it (inline)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Callable, Final, Mapping, Union
+from typing import Any, Callable, Final, Mapping, Sequence, Union
 
 from .torch_distributor import TorchDistributor
 
@@ -69,11 +69,13 @@ class DeepspeedTorchDistributor(TorchDistributor):
     _packages = ("deepspeed",)
 
     def __init__(self, numGpus: int = 1, nnodes: int = 1, localMode: bool = True, useGpu: bool = True,
-                 deepspeedConfig: Config = None) -> None:
+                 deepspeedConfig: Config = None, *, workdir: str | None = None, pip: str | Sequence[str] = (),
+                 requirements: str | None = None) -> None:
         num_processes = _count("numGpus", numGpus) * _count("nnodes", nnodes)
         self._config = _checked_config(deepspeedConfig, bool(localMode))
         self.deepspeed_config = deepspeedConfig
-        super().__init__(num_processes, localMode, useGpu, _ssl_conf=DEEPSPEED_IGNORE_SSL_KEY)
+        super().__init__(num_processes, localMode, useGpu, _ssl_conf=DEEPSPEED_IGNORE_SSL_KEY, workdir=workdir, pip=pip,
+                         requirements=requirements)
         self.cleanup_deepspeed_conf = False  # pyspark's attribute; a dict's files are removed by the ranks here
 
     def __repr__(self) -> str:

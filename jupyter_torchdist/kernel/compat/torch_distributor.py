@@ -23,7 +23,7 @@ import logging
 import os
 import random
 from dataclasses import dataclass
-from typing import Any, Callable, Union
+from typing import Any, Callable, Sequence, Union
 
 from ...core.errors import DistributeError, LaunchError
 from ...launchers.session.tls_consent import IGNORE_SSL_KEY, require_ssl_consent, session_conf
@@ -187,11 +187,14 @@ class TorchDistributor:
 
     Attributes as pyspark's: ``num_processes`` (after the local-mode GPU cap), ``local_mode``, ``use_gpu``,
     ``num_tasks``, ``input_params`` (those four), ``ssl_conf``, ``spark`` (the notebook's SparkSession, or None
-    when it has none: our embedded session is not it), ``is_remote`` and ``logger``; ours adds ``last_result``.
+    when it has none: our embedded session is not it), ``is_remote`` and ``logger``; ours adds ``last_result``, and
+    the keywords ``workdir``, ``pip`` and ``requirements`` (``--workdir``, ``--pip``, ``--requirements``: the
+    notebook's folder and the packages every rank's host gets).
     """
 
     def __init__(self, num_processes: int = 1, local_mode: bool = True, use_gpu: bool = True,
-                 _ssl_conf: str = IGNORE_SSL_KEY) -> None:
+                 _ssl_conf: str = IGNORE_SSL_KEY, *, workdir: str | None = None, pip: str | Sequence[str] = (),
+                 requirements: str | None = None) -> None:
         if not isinstance(num_processes, int) or isinstance(num_processes, bool) or num_processes <= 0:
             raise ValueError("num_processes has to be a positive integer")
         self.logger = logging.getLogger(type(self).__name__)  # pyspark's logger name, for code that listens to it
@@ -201,6 +204,9 @@ class TorchDistributor:
         self.local_mode = bool(local_mode)
         self.use_gpu = bool(use_gpu)
         self.ssl_conf = _ssl_conf
+        # beyond pyspark's: the notebook's folder, packages and requirements for every rank (--workdir, --pip, ...)
+        self._workdir, self._requirements = workdir, requirements
+        self._pip = (pip,) if isinstance(pip, str) else tuple(pip)
         try:
             self.num_tasks = self._get_num_tasks()
         except LaunchError as exc:
@@ -287,7 +293,8 @@ class TorchDistributor:
             raise TypeError(f"train_object must be a function or a path to a script, not {type(train_object).__name__}")
         options = RunOptions(n=self.num_processes, gpu=self.use_gpu, local=self.local_mode,  # --wait's default
                              spark_tasks=not self.local_mode, packages=self._packages, ssl_switch=self.ssl_conf,
-                             task_nodes=not self.local_mode, gpus=self._gpus(train_object))
+                             task_nodes=not self.local_mode, gpus=self._gpus(train_object),
+                             workdir=self._workdir, pip=self._pip, requirements=self._requirements)
         try:
             self.last_result = launch(Work(fn, tuple(args), kwargs, title=f"{title} on {self.num_processes}"),
                                       options, make_view(_shell()))

@@ -19,7 +19,7 @@ from ...core.errors import RunFailed
 from ...core.options import RunOptions
 from ...views import NullView, RunView
 from .cell import kept_cell
-from ..pickling import pack
+from ..pickling import Packed, pack
 from ..runs.rankset import KeptInfo, RankSet
 from ..runs.restarts import CheckpointFolder, restartable
 from ..runs.result import RunResult
@@ -39,7 +39,7 @@ _numbers = itertools.count(1)
 class _First:
     """The call that started a kept set: run again when the set restarts."""
 
-    payload: bytes
+    payload: Packed
     options: RunOptions
     title: str
     filename: str
@@ -136,7 +136,7 @@ class Ranks:
         up = self._up
         return up.describe() if up is not None else None
 
-    def execute(self, payload: bytes, options: RunOptions, *, title: str, view: RunView | None = None,
+    def execute(self, payload: Packed, options: RunOptions, *, title: str, view: RunView | None = None,
                 filename: str = "<distributed>", source: str = "", run: Run | None = None) -> RunResult:
         """Run one packed payload as the next cell (starting the ranks first if none are up, or again if they were
         lost and ``max_restarts`` allows). ``run``: the cell's handle (its stop interrupts this cell only)."""

@@ -132,6 +132,6 @@ def debug_kept(shell: Any) -> None:
         print("the last kept cell did not raise on any rank: there is no failure to debug.")
         return
     options = replace(ranks.options, timeout=None, all_ranks=False, pdb=False, output=None)
-    ranks.execute(pack(KeptPostMortem(info.failed_rank), max_bytes=options.max_payload_bytes), options,
-                  title=f"%distribute_debug: the post-mortem of rank {info.failed_rank}",
+    payload = pack(KeptPostMortem(info.failed_rank), max_bytes=options.max_payload_bytes)
+    ranks.execute(payload, options, title=f"%distribute_debug: the post-mortem of rank {info.failed_rank}",
                   view=make_view(shell, options.quiet))

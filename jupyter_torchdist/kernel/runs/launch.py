@@ -18,7 +18,8 @@ from ...launchers.limits import check_background
 from ...core.options import RunOptions
 from ...views import NullView, RunView
 from .scheduling import ScheduledRun, background_run, drive, start_on_thread, slots_pool
-from ..pickling import pack
+from ..code_ship import missing_module_hints
+from ..pickling import Packed, pack
 from .rankset import RankSet
 from .result import RunResult
 from .restarts import Attempt, CheckpointFolder, ContinuedView, failed_attempt
@@ -144,7 +145,7 @@ def _check_alive(ranks: RankSet) -> None:
                         "again to start new kept ranks.", {lost.rank: lost}, ranks.options.n)
 
 
-def execute(payload: bytes, options: RunOptions, ranks: RankSet, view: RunView, *,
+def execute(payload: Packed, options: RunOptions, ranks: RankSet, view: RunView, *,
             filename: str = "<distributed>", source: str = "", title: str = "") -> RunResult:
     """Run an already packed payload (``pickling.pack``) as the next cell on ``ranks``; the result, or raise."""
     _check_alive(ranks)
@@ -163,6 +164,8 @@ def execute(payload: bytes, options: RunOptions, ranks: RankSet, view: RunView, 
             sup.run_until_done()
         ranks.after_cell(state, sup)
         error = sup.conclude(options)
+        if error is not None:
+            error.extra.extend(missing_module_hints((f.summary for f in state.failures.values()), ranks.code))
     except BaseException as exc:  # the launcher broke, or an interrupt came before the loop began
         ranks.close(wait_s=10.0 if ranks.keep else 0.0)
         state.abort(time.time(), f"{type(exc).__name__}: {exc}")

@@ -16,14 +16,16 @@ from dataclasses import dataclass
 from ...core import contract as C
 from ...core._versions import local_versions
 from ...channel.server import ChannelServer
-from ...core.contract import Inbound, LaunchInfo, RunPlan
+from ...core.contract import CodeShip, Inbound, LaunchInfo, RunPlan
 from ...core.errors import RankFailure
 from ...data.service import DataService
 from ...launchers import before_run, launcher_for
 from ...launchers.base import Launcher
 from ...core.options import RunOptions
 from ...views import RunView
+from ..code_ship import blob, ship_code
 from ..kept.supervisor import KeptSupervisor
+from ..pickling import Packed
 from ..state.run import RunState
 from .supervisor import SILENCE_S, Supervisor
 
@@ -61,7 +63,7 @@ class RankSet:
         self.inbox: queue.SimpleQueue[Inbound] = queue.SimpleQueue()
         self.server = ChannelServer(options.n, host=self.info.channel_host, inbox=self.inbox,
                                     max_frame=options.max_value_bytes + _FRAME_SLACK, tls=self.info.channel_tls,
-                                    watcher=self.info.watcher, lost_hint=self.info.lost_hint)
+                                    watcher=self.info.watcher, lost_hint=self.info.lost_hint, files=blob)
         self.run_id = secrets.token_hex(6)
         self.cells, self.since, self.closed = 0, time.time(), False
         self.hosts: dict[int, tuple[str, int | None]] = {}
@@ -75,6 +77,7 @@ class RankSet:
         self.tap: Callable[[Inbound], None] | None = None  # the run's recorder sees its ranks' messages (--track)
         self.listener: Callable[[Inbound], None] | None = None  # a sweep's judge sees its ranks' reports
         self.folder: str | None = None      # the run's folder under --logdir (--track tensorboard, --profile)
+        self.code: CodeShip | None = None    # the notebook's code as the last cell sent it (kernel/code_ship.py)
 
     # -- one cell ----------------------------------------------------------------------------------------
     def new_state(self, options: RunOptions, title: str) -> RunState:
@@ -105,14 +108,15 @@ class RankSet:
                                ranks_in_slots=in_slots, loopback=self.info.loopback)
         return sup
 
-    def begin(self, payload: bytes, options: RunOptions, filename: str, source: str) -> None:
+    def begin(self, payload: Packed, options: RunOptions, filename: str, source: str) -> None:
         """Start the ranks with the first cell, or send the next cell to the ranks already up."""
+        self.code = ship_code(payload.modules, options, travels=not self.info.loopback)
         if self.cells == 0:
             self.launcher.start(self._plan(payload, filename, source, options), self.inbox)
             return
-        msg: C.CellMsg = {"t": C.CELL, "cell": self.cells + 1, "payload": payload, "filename": filename,
+        msg: C.CellMsg = {"t": C.CELL, "cell": self.cells + 1, "payload": payload.data, "filename": filename,
                           "source": source, "all_ranks": options.all_ranks, "max_value_bytes": options.max_value_bytes,
-                          "post_mortem": options.pdb}
+                          "post_mortem": options.pdb, "code": self.code}
         for rank in range(self.options.n):
             self.server.send(rank, C.RANK, msg)
 
@@ -123,15 +127,23 @@ class RankSet:
         host, port = self.info.advertise
         return host, port if port is not None else self.server.address[1]
 
-    def _plan(self, payload: bytes, filename: str, source: str, options: RunOptions) -> RunPlan:
+    def _plan(self, payload: Packed, filename: str, source: str, options: RunOptions) -> RunPlan:
         return RunPlan(run_id=self.run_id, world_size=options.n, address=self._address(),
-                       secret=self.server.secret, payload=payload, filename=filename, source=source,
+                       secret=self.server.secret, payload=payload.data, code=self.code, inline=self._inline(),
+                       filename=filename,
+                       source=source,
                        gpu=options.gpu, threads=options.backend_threads, max_value_bytes=options.max_value_bytes,
                        all_ranks=options.all_ranks, loopback=self.info.loopback, tls=self.server.tls_pin,
                        keep=self.keep, versions=tuple(local_versions(options.packages).items()),
                        argv=tuple(sys.argv), checkpoint=self.checkpoint,
                        attempt=self.attempt, post_mortem=options.pdb, every_point=bool(options.track),
                        profile=options.profile, per_node=self.info.ranks_per_task if options.task_nodes else 0)
+
+    def _inline(self) -> tuple[tuple[str, bytes], ...]:
+        """The notebook's code in the plan itself, where the ranks cannot fetch it (an offline Spark Connect run)."""
+        if not self.info.inline_code or self.code is None:
+            return ()
+        return tuple((d, data) for d in self.code.digests() if (data := blob(d)) is not None)
 
     def after_cell(self, state: RunState, sup: Supervisor) -> None:
         """Learn what the cell told about the ranks; a kept set the cell broke is closed here."""

@@ -26,6 +26,7 @@ from .restarts import ContinuedView
 from .run import Run
 from .registry import new_run
 from .turns import Ticket, turns
+from ..pickling import Packed
 from ..state.run import RunState
 
 __all__ = ["Pool", "Pools", "ScheduledRun", "drive", "background_run", "start_on_thread", "slots_pool"]
@@ -46,7 +47,7 @@ class ScheduledRun:
     """One run as the driver holds it: its handle, what it runs, and its one view."""
 
     run: Run
-    payload: bytes
+    payload: Packed
     options: RunOptions
     work: Any                     # run.Work: the title, filename and source
     shown: ContinuedView
@@ -183,7 +184,7 @@ def _show_end(d: ScheduledRun, error: BaseException) -> None:
 
 
 # -- in the background ------------------------------------------------------------------------------------------
-def background_run(payload: bytes, options: RunOptions, view: RunView, work: Any,
+def background_run(payload: Packed, options: RunOptions, view: RunView, work: Any,
                    attempts: Callable[[ScheduledRun], RunResult],
                    params: Mapping[str, Any] | None = None) -> ScheduledRun:
     """A background run's handle and its first frame, drawn here, in the caller's cell (where a notebook shows it);

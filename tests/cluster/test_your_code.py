@@ -1,0 +1,89 @@
+"""The notebook's own code on a cluster whose workers cannot see the notebook's folder (``Cluster.notebooks``), in a
+real kernel: a module and a package beside the notebook, a file read by its relative path, an edit seen by the next
+run, a wheel neither the kernel nor the executors have (``--pip``), and a module that exists nowhere."""
+from __future__ import annotations
+
+import base64
+import hashlib
+import textwrap
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from ..support.cluster import Cluster, kernel_on
+
+pytestmark = [pytest.mark.spark, pytest.mark.cluster]
+
+CELL = """%%distribute -n 2
+import os, mymodel, helpers
+import torch, torch.distributed as dist
+t = torch.tensor([float(mymodel.VALUE)])
+dist.all_reduce(t)
+(t.item(), helpers.NAME, open("data.txt").read().strip(), os.path.exists({original!r}))
+"""
+
+
+def _wheel(folder: Path, name: str = "jtd_travelling_pkg", version: str = "0.1") -> Path:
+    """A pure-Python wheel made here (installed nowhere): what a user's own ``pip wheel`` gives."""
+    info = f"{name}-{version}.dist-info"
+    files = {f"{name}/__init__.py": "ANSWER = 42\n",
+             f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+             f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    record = [f"{path},sha256={base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b'=').decode()},"
+              f"{len(text.encode())}" for path, text in files.items()] + [f"{info}/RECORD,,"]
+    files[f"{info}/RECORD"] = "\n".join(record) + "\n"
+    path = folder / f"{name}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as z:
+        for name_, text in files.items():
+            z.writestr(name_, text)
+    return path
+
+
+@pytest.fixture(scope="module")
+def notebook(cluster: Cluster):
+    """A kernel whose notebook folder holds ``mymodel.py``, a package ``helpers/`` and ``data.txt``."""
+    folder = cluster.notebooks / "tutorial"
+    (folder / "helpers").mkdir(parents=True)
+    (folder / "mymodel.py").write_text("VALUE = 1\n")
+    (folder / "helpers" / "__init__.py").write_text("from .names import NAME\n")
+    (folder / "helpers" / "names.py").write_text("NAME = 'helpers'\n")
+    (folder / "data.txt").write_text("beside the notebook\n")
+    kernel = kernel_on(cluster, name="tutorial")
+    try:
+        yield kernel, folder
+    finally:
+        kernel.shutdown()
+
+
+def test_the_notebooks_modules_and_files_reach_ranks_that_cannot_see_its_folder(notebook, cluster):
+    kernel, folder = notebook
+    cell = CELL.format(original=str(folder / "mymodel.py"))  # the last value: whether a rank sees the kernel's file
+    text = kernel.ok(cell, timeout=240)
+    assert "(2.0, 'helpers', 'beside the notebook', False)" in text, text + cluster.logs()
+
+    (folder / "mymodel.py").write_text("VALUE = 5\n")  # same size, same second: the next run must see it
+    text = kernel.ok(cell, timeout=240)
+    assert "(10.0, 'helpers', 'beside the notebook', False)" in text, text
+
+
+def test_a_wheel_on_the_kernels_machine_travels_with_pip(notebook, cluster):
+    kernel, folder = notebook
+    wheel = _wheel(folder.parent)
+    text = kernel.ok(f"%%distribute -n 2 --pip {wheel}\nimport jtd_travelling_pkg\njtd_travelling_pkg.ANSWER",
+                     timeout=300)
+    assert "42" in text, text + cluster.logs()
+    missing = kernel.execute("import jtd_travelling_pkg")  # never installed in the kernel's own environment
+    assert missing["status"] == "error"
+
+
+def test_a_module_that_exists_nowhere_is_named_and_the_kernel_stays_usable(notebook):
+    kernel, _ = notebook
+    r = kernel.execute("%%distribute -n 2\nimport jtd_no_such_module\n1", timeout=240)
+    text = kernel.text(r)
+    assert r["status"] == "error" and "No module named 'jtd_no_such_module'" in text, text
+    r = kernel.execute(textwrap.dedent("""\
+        %%distribute -n 2
+        import importlib
+        importlib.import_module("json").dumps([1])"""), timeout=240)
+    assert r["status"] == "ok" and "[1]" in kernel.text(r), kernel.text(r)
