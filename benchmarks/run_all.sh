@@ -19,7 +19,7 @@ $PY -m pip install -q -e ".[bench]" "torch==2.13.0" \
 
 status=0
 for script in bench_latency bench_magic bench_scaling bench_throughput bench_horovod bench_kept bench_background bench_data bench_connect \
-              bench_restarts bench_first_cell bench_late_executors bench_multihost bench_report bench_debug bench_gpu bench_footprint bench_scale bench_runs_panel profile_phases; do
+              bench_restarts bench_first_cell bench_late_executors bench_multihost bench_report bench_debug bench_gpu bench_footprint bench_scale bench_runs_panel bench_code_ship profile_phases; do
   echo "=== $script ($(date +%H:%M:%S), $(cut -d' ' -f1-3 /proc/loadavg))"
   if ! $PY "benchmarks/$script.py" 2>"benchmarks/results/$script.err" | tee "benchmarks/results/$script.txt"; then
     echo "!!! $script failed: see benchmarks/results/$script.err" >&2

@@ -20,6 +20,7 @@ travels applies only to runs whose ranks run elsewhere (a 1 GB data file beside 
 from __future__ import annotations
 
 import collections
+import functools
 import hashlib
 import importlib.util
 import io
@@ -45,6 +46,8 @@ DEFAULT_WORKDIR_MAX_MB = 64.0  # a working directory past this is refused: it is
 MAX_FILES = 20_000
 _OURS = "jupyter_torchdist"
 _KEEP_BLOBS = 64                # digests the kernel can still serve (the last runs' bundles and wheels)
+_TEXT = (".py", ".txt", ".md", ".json", ".yaml", ".yml", ".toml", ".cfg", ".ini", ".csv", ".tsv", ".ipynb", ".html",
+         ".xml", ".sh", ".r", ".sql")
 
 _lock = threading.Lock()
 _file_sha: dict[str, tuple[int, int, str]] = {}          # a wheel's path -> (size, mtime_ns, sha256 of its bytes)
@@ -73,6 +76,7 @@ def _source_imports(path: str) -> frozenset[str]:
 
 
 # -- where a name comes from ------------------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=1)
 def _library_dirs() -> list[str]:
     paths = sysconfig.get_paths()
     dirs = {paths.get(k, "") for k in ("stdlib", "platstdlib", "purelib", "platlib")}
@@ -88,15 +92,20 @@ def _is_library(path: str, libs: list[str]) -> bool:
 def _user_roots(workdir: str | None) -> list[str]:
     """The kernel's sys.path entries that hold the user's own code (neither the standard library nor installed
     packages), the working directory first."""
+    return list(_roots(workdir, os.getcwd(), tuple(sys.path)))
+
+
+@functools.lru_cache(maxsize=16)
+def _roots(workdir: str | None, cwd: str, path: tuple[str, ...]) -> tuple[str, ...]:
     libs, ours = _library_dirs(), _our_root()
     roots: list[str] = []
-    for entry in [workdir or "", *sys.path]:
-        path = os.path.realpath(entry or os.getcwd())
-        if (entry == "" and workdir is None) or not os.path.isdir(path) or _is_library(path, libs) or path == ours:
+    for entry in [workdir or "", *path]:
+        folder = os.path.realpath(entry or cwd)
+        if not os.path.isdir(folder) or _is_library(folder, libs) or folder == ours:
             continue
-        if path not in roots:
-            roots.append(path)
-    return roots
+        if folder not in roots:
+            roots.append(folder)
+    return tuple(roots)
 
 
 def _our_root() -> str:
@@ -180,7 +189,8 @@ def _zip(root: str, files: list[FileEntry]) -> bytes:
         for e in files:
             info = zipfile.ZipInfo(e.rel)
             info.external_attr = (0o755 if e.executable else 0o644) << 16
-            info.compress_type = zipfile.ZIP_DEFLATED
+            # text shrinks; data files (weights, images, parquet) seldom do, and every run unpacks them again
+            info.compress_type = zipfile.ZIP_DEFLATED if e.rel.endswith(_TEXT) else zipfile.ZIP_STORED
             try:
                 with open(e.path, "rb") as f:
                     z.writestr(info, f.read())
@@ -287,6 +297,15 @@ def _read(path: str) -> bytes:
 # -- what the ranks' Python must have ----------------------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=1024)
+def _kernel_version(name: str) -> str:
+    """The installed version of distribution ``name`` here ("" if none): read once (4 ms for torch's record)."""
+    try:
+        return metadata.version(name)
+    except (metadata.PackageNotFoundError, ValueError):
+        return ""
+
+
 def _needs(names: set[str]) -> tuple[NeededImport, ...]:
     """The packages the ranks' Python must have, with the kernel's version where the import name is the distribution's
     (most are; reading every distribution's record to map the others costs a third of a second, so only an error
@@ -295,10 +314,7 @@ def _needs(names: set[str]) -> tuple[NeededImport, ...]:
     for name in sorted(names):
         if name in sys.builtin_module_names:
             continue
-        try:
-            version = metadata.version(name)
-        except (metadata.PackageNotFoundError, ValueError):
-            version = ""
+        version = _kernel_version(name)
         out.append(NeededImport(name=name, dist=name if version else "", version=version))
     return tuple(out)
 

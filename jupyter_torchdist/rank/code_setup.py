@@ -145,6 +145,9 @@ def _top_names(folder: str, entries: tuple[str, ...]) -> set[str]:
 def _forget(names: set[str]) -> None:
     """Modules of these names a warm worker imported before, from anywhere but installed packages (a stale copy of
     the user's own), are dropped: the run's own are imported afresh. Ours and installed ones stay."""
+    names = {n for n in names if n in sys.modules}  # a package never imported has no submodule imported either
+    if not names:
+        return
     for name in list(sys.modules):
         top = name.split(".")[0]
         if top not in names or top == "jupyter_torchdist" or top in sys.stdlib_module_names:

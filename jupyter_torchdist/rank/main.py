@@ -140,6 +140,8 @@ def _run_kept_cell(cell: C.CellMsg, ns: Namespace, guard: Any, *, client: RankCl
         client.post({"t": C.STATE, "state": "running"})
         outcome, at = _ended(_flushed(_call_kept(cell["payload"], ns, guard)), cell["filename"])
         debugger.remember(outcome)
+        if code is not None:
+            code.note_loaded()  # the modules this cell imported, as they are now: a later edit is measured from here
     finally:
         reporting.close()
     return _final(outcome, at, filename=cell["filename"], send_value=rank == 0 or cell["all_ranks"],

@@ -121,6 +121,19 @@ def use_overlay(folder: str) -> None:
 
 
 # -- what the ranks' Python must have --------------------------------------------------------------------------------
+def _version_here(need: NeededImport) -> str:
+    """This Python's version of the package: an imported module's own ``__version__`` (a warm worker imported torch,
+    numpy, pandas: reading their records costs milliseconds each), else its distribution's record."""
+    module = sys.modules.get(need.name)
+    version = getattr(module, "__version__", None) if module is not None else None
+    if isinstance(version, str):
+        return version
+    try:
+        return metadata.version(need.dist or need.name)
+    except (metadata.PackageNotFoundError, ValueError):
+        return ""
+
+
 def check_needs(needs: tuple[NeededImport, ...], provided: set[str]) -> list[str]:
     """Every package the run's code imports (and no bundle of it carries) can be imported here, or CodeSetupError
     names them with the --pip that would send them; a version other than the kernel's is a warning (returned)."""
@@ -137,11 +150,8 @@ def check_needs(needs: tuple[NeededImport, ...], provided: set[str]) -> list[str
             missing.append(need)
             continue
         if need.version:
-            try:
-                here = metadata.version(need.dist or need.name)
-            except metadata.PackageNotFoundError:
-                continue
-            if here.split("+")[0] != need.version.split("+")[0]:
+            here = _version_here(need)
+            if here and here.split("+")[0] != need.version.split("+")[0]:
                 differ.append(f"{need.dist or need.name} {here} here, {need.version} in the kernel")
     if missing:
         names = ", ".join(f"`{m.name}`" for m in missing)

@@ -71,3 +71,10 @@ def store_after_rank0_is_done(delay: float = 0.5):
         return "rank 0 done"
     time.sleep(delay)
     return store.get("jtd-test-key").decode()
+
+
+def module_value(name: str):
+    """``VALUE`` of module ``name``, imported on the rank (a module of the notebook's folder)."""
+    import importlib
+
+    return importlib.import_module(name).VALUE
