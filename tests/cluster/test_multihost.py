@@ -42,7 +42,9 @@ def _kernel(made: Hosts) -> Kernel:
     """A notebook kernel with none of the test's Spark settings: it loads the extension, then builds its session
     with the README's recipe (no PYSPARK_PYTHON in its environment, as under a notebook server)."""
     env = {k: v for k, v in spark_env(made.cluster.workdir).items() if k in ("SPARK_CONF_DIR", "SPARK_LOCAL_DIRS")}
-    kernel = Kernel({**env, "PYSPARK_PYTHON": None, "JUPYTER_TORCHDIST_WARMUP": "0"})
+    folder = made.cluster.notebooks / "multihost"  # no host's worker sees it: the notebook's code travels
+    folder.mkdir(exist_ok=True)
+    kernel = Kernel({**env, "PYSPARK_PYTHON": None, "JUPYTER_TORCHDIST_WARMUP": "0"}, cwd=str(folder))
     code = "%load_ext jupyter_torchdist\nimport jupyter_torchdist as jt\n" + readme_recipe(made.cluster.url, BRIDGE_IP)
     code += ("def executors():\n    return spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size() - 1\n"
              "spark.sparkContext.setLogLevel('ERROR')\n")

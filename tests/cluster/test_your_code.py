@@ -87,3 +87,31 @@ def test_a_module_that_exists_nowhere_is_named_and_the_kernel_stays_usable(noteb
         import importlib
         importlib.import_module("json").dumps([1])"""), timeout=240)
     assert r["status"] == "ok" and "[1]" in kernel.text(r), kernel.text(r)
+
+
+def test_a_package_the_executors_lack_is_named_before_the_group_forms(notebook, cluster):
+    kernel, folder = notebook
+    site = folder.parent / "only-here" / "site-packages"  # installed for the kernel alone
+    (site / "jtd_only_here").mkdir(parents=True)
+    (site / "jtd_only_here" / "__init__.py").write_text("")
+    (site / "jtd_only_here-0.3.dist-info").mkdir()
+    (site / "jtd_only_here-0.3.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: jtd_only_here\n"
+                                                                    "Version: 0.3\n")
+    kernel.ok(f"import site; site.addsitedir({str(site)!r}); import jtd_only_here")
+    r = kernel.execute("%%distribute -n 2\nimport jtd_only_here\n1", timeout=240)
+    text = kernel.text(r)
+    assert r["status"] == "error" and "`jtd_only_here` cannot be imported on" in text, text
+    assert "--pip jtd_only_here==0.3" in text and r["seconds"] < 60
+
+
+def test_a_module_imported_by_a_computed_name_is_explained(notebook, cluster):
+    kernel, folder = notebook
+    other = folder.parent / "elsewhere"
+    other.mkdir()
+    (other / "jtd_by_name.py").write_text("VALUE = 1\n")
+    kernel.ok(f"import sys; sys.path.append({str(other)!r}); import jtd_by_name")
+    r = kernel.execute("%%distribute -n 2\nimport importlib\nimportlib.import_module('jtd_' + 'by_name').VALUE",
+                       timeout=240)
+    text = kernel.text(r)
+    assert r["status"] == "error" and "No module named 'jtd_by_name'" in text, text
+    assert f"`jtd_by_name` is in the kernel ({other / 'jtd_by_name.py'})" in text and "it was not sent" in text

@@ -77,7 +77,9 @@ def _start_worker(c: Cluster, i: int, ns: str, name: str, address: str, cores: i
         fake_gpus(c.workdir, host_env, gpus)
     with open(log, "wb") as out:
         proc = subprocess.Popen(
-            ["ip", "netns", "exec", ns, "unshare", "--uts", sys.executable, "-c", _NAMED, name, _TRAMPOLINE,
+            ["ip", "netns", "exec", ns, "unshare", "--uts", "--mount", "--propagation", "private",  # and no notebooks
+             "sh", "-c", 'mount -t tmpfs none "$0" && exec "$@"', str(c.notebooks), sys.executable, "-c", _NAMED,
+             name, _TRAMPOLINE,
              str(os.getpid()), spark_class, "org.apache.spark.deploy.worker.Worker", "--host", address, "--port", "0",
              "--webui-port", "0", "--cores", str(cores), "--memory", "2g", "--work-dir", str(work), c.url],
             stdout=out, stderr=subprocess.STDOUT, env=host_env, stdin=subprocess.DEVNULL, start_new_session=True)

@@ -10,7 +10,7 @@ from typing import Any, Union
 
 from jupyter_client.manager import KernelManager
 
-from .procs import descendants_of
+from .procs import all_gone, descendants_of, process_alive
 
 # What a test types at input() prompts: a function of the prompt (None: leave it unanswered), or the lines in order
 Answers = Union[Callable[[str], Union[str, None]], list[str]]
@@ -137,6 +137,6 @@ def loaded_kernel(extra_env: dict[str, str] | None = None, setup: str = "", cwd:
         assert r["status"] == "ok", k.text(r)
         yield k
     finally:
-        pid = k.pid
+        family = descendants_of(k.pid) if k.pid else set()  # listed before: once the kernel is gone they are orphans
         k.shutdown()
-    assert pid is None or not descendants_of(pid), "processes outlived the kernel"
+    assert all_gone(family, 15.0), f"processes outlived the kernel: {sorted(p for p in family if process_alive(p))}"
