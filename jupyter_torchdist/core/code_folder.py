@@ -93,39 +93,52 @@ def _is_environment(path: str) -> bool:
     return os.path.isfile(os.path.join(path, "pyvenv.cfg")) or os.path.isdir(os.path.join(path, "conda-meta"))
 
 
-def list_files(root: str, entries: tuple[str, ...] = ()) -> list[FileEntry]:
+def list_files(root: str, entries: tuple[str, ...] = (), most: int | None = None) -> list[FileEntry]:
     """The files of ``root`` that travel (only those under ``entries``: top-level module or package names, when
-    given), sorted by relative path. Unreadable folders are passed over; links to folders are not followed."""
+    given), sorted by relative path; at most ``most`` of them (the walk stops there: a home folder of a million
+    files costs no more than the cap). Unreadable folders are passed over; links to folders are not followed."""
     ignore = _Ignore(root)
     out: list[FileEntry] = []
-    starts = [""] if not entries else [n for e in entries for n in (e, e + ".py")]
-    for start in starts:
-        _walk(root, start, ignore, out)
+    limit = most if most is not None else 1 << 62
+    for start in [""] if not entries else [n for e in entries for n in (e, e + ".py")]:
+        path = os.path.join(root, start) if start else root
+        if os.path.isfile(path):
+            _add(out, start, path, ignore)
+        elif os.path.isdir(path) and not (start and _is_environment(path)):
+            _walk(root, start, ignore, out, limit)
     out.sort(key=lambda e: e.rel)
-    return out
+    return out[:limit]
 
 
-def _walk(root: str, rel: str, ignore: _Ignore, out: list[FileEntry]) -> None:
-    path = os.path.join(root, rel) if rel else root
+def _add(out: list[FileEntry], rel: str, path: str, ignore: _Ignore) -> None:
     try:
         st = os.stat(path)
     except OSError:
         return
-    if stat.S_ISREG(st.st_mode):
-        if rel and not ignore.ignored(rel, False):
-            out.append(FileEntry(rel, path, st.st_size, st.st_mtime_ns, bool(st.st_mode & 0o111)))
-        return
-    if not stat.S_ISDIR(st.st_mode) or (rel and (os.path.islink(path) or _is_environment(path))):
-        return
+    if stat.S_ISREG(st.st_mode) and not ignore.ignored(rel, False):
+        out.append(FileEntry(rel, path, st.st_size, st.st_mtime_ns, bool(st.st_mode & 0o111)))
+
+
+def _walk(root: str, rel: str, ignore: _Ignore, out: list[FileEntry], limit: int) -> None:
     try:
-        names = sorted(os.listdir(path))
+        entries = sorted(os.scandir(os.path.join(root, rel) if rel else root), key=lambda e: e.name)
     except OSError:
         return
-    for name in names:
-        child = f"{rel}/{name}" if rel else name
-        if name in SKIPPED_DIRS or ignore.ignored(child, os.path.isdir(os.path.join(path, name))):
+    for entry in entries:
+        if len(out) >= limit:
+            return
+        child = f"{rel}/{entry.name}" if rel else entry.name
+        try:
+            is_dir = entry.is_dir(follow_symlinks=False)
+        except OSError:
             continue
-        _walk(root, child, ignore, out)
+        if entry.name in SKIPPED_DIRS or ignore.ignored(child, is_dir):
+            continue
+        if is_dir:
+            if not _is_environment(entry.path):
+                _walk(root, child, ignore, out, limit)
+        elif not entry.is_symlink() or os.path.isfile(entry.path):  # a link to a file travels as that file
+            _add(out, child, entry.path, ignore)
 
 
 def stat_key(files: list[FileEntry]) -> str:

@@ -43,7 +43,7 @@ from .pickling import imports_in_source
 __all__ = ["ship_code", "blob", "missing_module_hints", "DEFAULT_WORKDIR_MAX_MB", "MAX_FILES"]
 
 DEFAULT_WORKDIR_MAX_MB = 64.0  # a working directory past this is refused: it is data, not a notebook's files
-MAX_FILES = 20_000
+MAX_FILES = 10_000             # ... or past this many files (a walk stops there: a home folder costs little)
 _OURS = "jupyter_torchdist"
 _KEEP_BLOBS = 64                # digests the kernel can still serve (the last runs' bundles and wheels)
 _TEXT = (".py", ".txt", ".md", ".json", ".yaml", ".yml", ".toml", ".cfg", ".ini", ".csv", ".tsv", ".ipynb", ".html",
@@ -239,8 +239,10 @@ def _check_size(root: str, files: list[FileEntry], max_mb: float) -> None:
     if total <= max_mb * (1 << 20) and len(files) <= MAX_FILES:
         return
     biggest = ", ".join(f"{e.rel} ({human_bytes(e.size)})" for e in sorted(files, key=lambda e: -e.size)[:5])
+    count = f"more than {MAX_FILES}" if len(files) > MAX_FILES else str(len(files))
     raise LaunchError(
-        f"the working directory {root} is {human_bytes(total)} in {len(files)} files, over the "
+        f"the working directory {root} is {'at least ' if len(files) > MAX_FILES else ''}{human_bytes(total)} in "
+        f"{count} files, over the "
         f"{max_mb:g} MB (and {MAX_FILES} files) that travel with a run to every rank's host. Biggest: {biggest}. "
         "Name the large files in its .gitignore, run from a smaller folder (--workdir PATH), or send none "
         "(--workdir none) and read data from storage every host reaches.")
@@ -328,7 +330,7 @@ def ship_code(modules: Iterable[str], options: RunOptions, *, travels: bool) -> 
     root = _workdir(options.workdir)
     files: list[FileEntry] = []
     if root is not None:
-        files = list_files(root)
+        files = list_files(root, most=MAX_FILES + 1)
         if travels:
             _check_size(root, files, DEFAULT_WORKDIR_MAX_MB)
     roots = _user_roots(root)
@@ -337,7 +339,7 @@ def ship_code(modules: Iterable[str], options: RunOptions, *, travels: bool) -> 
     for other, names in found.items():
         if other != root and names:
             entries = tuple(sorted(names))
-            bundles.append(_bundle(other, list_files(other, entries), entries))
+            bundles.append(_bundle(other, list_files(other, entries, most=MAX_FILES + 1), entries))
     return CodeShip(workdir=_bundle(root, files) if root is not None else None, modules=tuple(bundles),
                     pip=_pip_set(options.pip, options.requirements), needs=_needs(libraries))
 

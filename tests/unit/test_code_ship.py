@@ -221,3 +221,13 @@ def test_the_channel_hands_a_digest_only_to_a_peer_that_holds_the_runs_secret():
         with pytest.raises(Exception, match="refused"):
             code_setup.fetcher(server.address, b"x" * 32, 1, None)("a" * 64)
         assert server.connected("rank") == set()  # a files connection is no rank's: it may come again, any time
+
+
+def test_a_walk_of_a_huge_folder_stops_at_the_cap(tmp_path, monkeypatch):
+    for i in range(30):
+        (tmp_path / f"f{i:02d}.txt").write_text("x")
+    assert len(list_files(str(tmp_path), most=11)) == 11
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(code_ship, "MAX_FILES", 10)
+    with pytest.raises(LaunchError, match="in more than 10 files"):
+        code_ship.ship_code(set(), RunOptions(), travels=True)
