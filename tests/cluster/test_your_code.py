@@ -3,15 +3,12 @@ real kernel: a module and a package beside the notebook, a file read by its rela
 run, a wheel neither the kernel nor the executors have (``--pip``), and a module that exists nowhere."""
 from __future__ import annotations
 
-import base64
-import hashlib
 import textwrap
-import zipfile
-from pathlib import Path
 
 import pytest
 
 from ..support.cluster import Cluster, kernel_on
+from ..support.wheels import make_wheel
 
 pytestmark = [pytest.mark.spark, pytest.mark.cluster]
 
@@ -22,22 +19,6 @@ t = torch.tensor([float(mymodel.VALUE)])
 dist.all_reduce(t)
 (t.item(), helpers.NAME, open("data.txt").read().strip(), os.path.exists({original!r}))
 """
-
-
-def _wheel(folder: Path, name: str = "jtd_travelling_pkg", version: str = "0.1") -> Path:
-    """A pure-Python wheel made here (installed nowhere): what a user's own ``pip wheel`` gives."""
-    info = f"{name}-{version}.dist-info"
-    files = {f"{name}/__init__.py": "ANSWER = 42\n",
-             f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
-             f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
-    record = [f"{path},sha256={base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b'=').decode()},"
-              f"{len(text.encode())}" for path, text in files.items()] + [f"{info}/RECORD,,"]
-    files[f"{info}/RECORD"] = "\n".join(record) + "\n"
-    path = folder / f"{name}-{version}-py3-none-any.whl"
-    with zipfile.ZipFile(path, "w") as z:
-        for name_, text in files.items():
-            z.writestr(name_, text)
-    return path
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +50,7 @@ def test_the_notebooks_modules_and_files_reach_ranks_that_cannot_see_its_folder(
 
 def test_a_wheel_on_the_kernels_machine_travels_with_pip(notebook, cluster):
     kernel, folder = notebook
-    wheel = _wheel(folder.parent)
+    wheel = make_wheel(folder.parent)
     text = kernel.ok(f"%%distribute -n 2 --pip {wheel}\nimport jtd_travelling_pkg\njtd_travelling_pkg.ANSWER",
                      timeout=300)
     assert "42" in text, text + cluster.logs()

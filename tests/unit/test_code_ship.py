@@ -231,3 +231,26 @@ def test_a_walk_of_a_huge_folder_stops_at_the_cap(tmp_path, monkeypatch):
     monkeypatch.setattr(code_ship, "MAX_FILES", 10)
     with pytest.raises(LaunchError, match="in more than 10 files"):
         code_ship.ship_code(set(), RunOptions(), travels=True)
+
+
+def test_pip_installs_what_a_host_lacks_once_into_an_overlay_and_names_a_failure(tmp_path):
+    from jupyter_torchdist.core.contract.code import PipSet
+    from jupyter_torchdist.rank.packages import overlay
+
+    from ..support.wheels import make_wheel
+
+    wheel = make_wheel(tmp_path)
+    base = tmp_path / "cache"
+    (base / "pip").mkdir(parents=True)
+    (base / "wheels").mkdir()
+    wanted = PipSet(digest="d" * 64, specs=("wheel:" + "w" * 64,), wheels=(("w" * 64, wheel.name),))
+    folder = overlay(str(base), wanted, lambda digest: str(wheel))
+    assert os.path.isfile(os.path.join(folder, "jtd_travelling_pkg", "__init__.py"))
+    assert not os.path.exists(os.path.join(folder, "torch")), "what the host has already is not installed again"
+    assert overlay(str(base), wanted, lambda digest: pytest.fail("installed twice")) == folder
+    bad = PipSet(digest="e" * 64, specs=("this is not a requirement!",))
+    with pytest.raises(CodeSetupError) as info:
+        overlay(str(base), bad, lambda digest: "")
+    assert "--pip: resolving" in str(info.value) and "failed on" in str(info.value) and "pip exit" in str(info.value)
+    assert "pip's last lines" in str(info.value) and info.value.details
+    assert not os.path.exists(os.path.join(base, "pip", "e" * 64)), "a failed install leaves no overlay"
