@@ -54,7 +54,7 @@ Not supported: each raises ``HorovodUnsupportedError`` (a NotImplementedError) a
 ``mpi_threads_supported`` and ``init(comm=...)`` (no MPI).
 Any other name Horovod does not have either fails the same way.
 
-Underneath (see ``_channel``): torch.distributed matches collectives by their order and trusts the shapes, so
+Underneath (see ``negotiation``): torch.distributed matches collectives by their order and trusts the shapes, so
 before any data moves, the ranks of the set agree on each collective in a small fixed-size all_gather (Horovod does
 this through its coordinator). Ranks that call the same collective with different shapes, dtypes, ops, scale
 factors or roots raise ``MismatchError`` (a ``HorovodInternalError`` and a ValueError) together, naming each rank's
@@ -73,41 +73,98 @@ from typing import Any
 
 from torch.nn import SyncBatchNorm
 
-from ._allgather import allgather, allgather_async, grouped_allgather, grouped_allgather_async
-from ._alltoall import alltoall, alltoall_async
-from ._basics import (ccl_built, cross_rank, cross_size, cuda_built, ddl_built, gloo_built, gloo_enabled, init,
-                      is_homogeneous, is_initialized, local_rank, local_size, mpi_built, mpi_enabled,
-                      mpi_threads_supported, nccl_built, rank, rocm_built, shutdown, size)
-from ._broadcast import broadcast, broadcast_, broadcast_async, broadcast_async_
-from ._compression import Compression, Compressor, FP16Compressor, NoneCompressor
-from ._errors import (HorovodInternalError, HorovodLaunchError, HorovodNotInitializedError, HorovodUnsupportedError,
-                      HostsUpdatedInterrupt, JoinedRankError, MismatchError, StalledError, unsupported)
-from ._functions import broadcast_optimizer_state, broadcast_parameters
-from ._grouped import grouped_allreduce, grouped_allreduce_, grouped_allreduce_async, grouped_allreduce_async_
-from ._handles import Handle, poll, synchronize
-from ._objects import allgather_object, broadcast_object, sparse_allreduce_async
-from ._ops import (Adasum, Average, Max, Min, Product, ReduceOp, Sum, allreduce, allreduce_, allreduce_async,
-                   allreduce_async_, barrier, join)
-from ._optimizer import DistributedOptimizer
-from ._process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set
-from ._reducescatter import (grouped_reducescatter, grouped_reducescatter_async, reducescatter,
-                             reducescatter_async)
+from .basics import (
+    ProcessSet,
+    add_process_set,
+    ccl_built,
+    cross_rank,
+    cross_size,
+    cuda_built,
+    ddl_built,
+    global_process_set,
+    gloo_built,
+    gloo_enabled,
+    init,
+    is_homogeneous,
+    is_initialized,
+    local_rank,
+    local_size,
+    mpi_built,
+    mpi_enabled,
+    mpi_threads_supported,
+    nccl_built,
+    rank,
+    remove_process_set,
+    rocm_built,
+    shutdown,
+    size,
+)
+from .compression import Compression, Compressor, FP16Compressor, NoneCompressor
+from .errors import (
+    HorovodInternalError,
+    HorovodLaunchError,
+    HorovodNotInitializedError,
+    HorovodUnsupportedError,
+    HostsUpdatedInterrupt,
+    JoinedRankError,
+    MismatchError,
+    StalledError,
+    unsupported,
+)
+from .functions import broadcast_optimizer_state, broadcast_parameters
+from .mpi_ops import (
+    Adasum,
+    Average,
+    Max,
+    Min,
+    Product,
+    ReduceOp,
+    Sum,
+    allgather,
+    allgather_async,
+    allgather_object,
+    allreduce,
+    allreduce_,
+    allreduce_async,
+    allreduce_async_,
+    alltoall,
+    alltoall_async,
+    barrier,
+    broadcast,
+    broadcast_,
+    broadcast_async,
+    broadcast_async_,
+    broadcast_object,
+    grouped_allgather,
+    grouped_allgather_async,
+    grouped_allreduce,
+    grouped_allreduce_,
+    grouped_allreduce_async,
+    grouped_allreduce_async_,
+    grouped_reducescatter,
+    grouped_reducescatter_async,
+    join,
+    reducescatter,
+    reducescatter_async,
+    sparse_allreduce_async,
+)
+from .negotiation import Handle, poll, synchronize
+from .optimizer import DistributedOptimizer
 
-__all__ = [
-    "init", "shutdown", "is_initialized", "size", "rank", "local_size", "local_rank", "cross_size", "cross_rank",
-    "is_homogeneous", "Average", "Sum", "Min", "Max", "Product", "Adasum", "ReduceOp", "Compression", "Compressor",
-    "NoneCompressor", "FP16Compressor", "allreduce", "allreduce_", "allreduce_async", "allreduce_async_",
-    "grouped_allreduce", "grouped_allreduce_", "grouped_allreduce_async", "grouped_allreduce_async_",
-    "sparse_allreduce_async", "allgather", "allgather_async", "grouped_allgather", "grouped_allgather_async",
-    "allgather_object", "broadcast", "broadcast_", "broadcast_async", "broadcast_async_", "broadcast_object",
-    "broadcast_parameters", "broadcast_optimizer_state", "alltoall", "alltoall_async", "reducescatter",
-    "reducescatter_async", "grouped_reducescatter", "grouped_reducescatter_async", "synchronize", "poll",
-    "barrier", "join", "Handle", "DistributedOptimizer", "SyncBatchNorm", "ProcessSet", "global_process_set",
-    "add_process_set", "remove_process_set", "mpi_threads_supported", "mpi_enabled", "mpi_built", "gloo_enabled",
-    "gloo_built", "nccl_built", "ddl_built", "ccl_built", "cuda_built", "rocm_built", "HorovodInternalError",
-    "HostsUpdatedInterrupt", "HorovodUnsupportedError", "HorovodNotInitializedError", "HorovodLaunchError",
-    "JoinedRankError", "MismatchError", "StalledError",
-]
+__all__ = ["init", "shutdown", "is_initialized", "size", "rank", "local_size", "local_rank", "cross_size",
+           "cross_rank", "is_homogeneous", "Average", "Sum", "Min", "Max", "Product", "Adasum", "ReduceOp",
+           "Compression", "Compressor", "NoneCompressor", "FP16Compressor", "allreduce", "allreduce_",
+           "allreduce_async", "allreduce_async_", "grouped_allreduce", "grouped_allreduce_",
+           "grouped_allreduce_async", "grouped_allreduce_async_", "sparse_allreduce_async", "allgather",
+           "allgather_async", "grouped_allgather", "grouped_allgather_async", "allgather_object", "broadcast",
+           "broadcast_", "broadcast_async", "broadcast_async_", "broadcast_object", "broadcast_parameters",
+           "broadcast_optimizer_state", "alltoall", "alltoall_async", "reducescatter", "reducescatter_async",
+           "grouped_reducescatter", "grouped_reducescatter_async", "synchronize", "poll", "barrier", "join",
+           "Handle", "DistributedOptimizer", "SyncBatchNorm", "ProcessSet", "global_process_set", "add_process_set",
+           "remove_process_set", "mpi_threads_supported", "mpi_enabled", "mpi_built", "gloo_enabled", "gloo_built",
+           "nccl_built", "ddl_built", "ccl_built", "cuda_built", "rocm_built", "HorovodInternalError",
+           "HostsUpdatedInterrupt", "HorovodUnsupportedError", "HorovodNotInitializedError", "HorovodLaunchError",
+           "JoinedRankError", "MismatchError", "StalledError"]
 
 
 def __getattr__(name: str) -> Any:

@@ -38,10 +38,10 @@ from typing import Any
 import torch
 
 from ..rank import api as jt
-from ._basics import init, is_initialized, rank, size
-from ._errors import HorovodInternalError, HostsUpdatedInterrupt
-from ._functions import broadcast_optimizer_state, broadcast_parameters
-from ._objects import allgather_object, broadcast_object
+from .basics import init, is_initialized, rank, size
+from .errors import HorovodInternalError, HostsUpdatedInterrupt
+from .functions import broadcast_optimizer_state, broadcast_parameters
+from .mpi_ops import allgather_object, broadcast_object
 
 __all__ = ["State", "ObjectState", "TorchState", "ElasticSampler", "run", "HorovodInternalError",
            "HostsUpdatedInterrupt"]

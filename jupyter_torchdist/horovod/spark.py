@@ -40,7 +40,7 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any, TextIO
 
-from ._errors import HorovodUnsupportedError
+from .errors import HorovodUnsupportedError
 
 __all__ = ["run", "run_elastic"]
 
@@ -93,8 +93,8 @@ def _checked_env(env: Mapping[str, str] | None) -> dict[str, str]:
 def _default_num_proc() -> int:
     """Spark's default parallelism, as Horovod takes it; a clear error when the session has fewer task slots."""
     from ..core.errors import LaunchError
-    from ..launchers import launcher_for
     from ..core.options import RunOptions
+    from ..launchers import launcher_for
 
     capacity = launcher_for(RunOptions(n=1, all_ranks=True, spark_tasks=True)).capacity()
     parallelism, slots = capacity.default_ranks, capacity.slots
@@ -175,8 +175,8 @@ def _launch(entry: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: d
     if not callable(fn):
         raise TypeError(f"fn must be a function to run on every rank, not {type(fn).__name__}")
     extra_env = _checked_env(env)
-    from ..kernel.runs.launch import Work, launch
     from ..core.options import RunOptions
+    from ..kernel.runs.launch import Work, launch
 
     n = _default_num_proc() if num_proc is None else num_proc
     options = RunOptions(n=n, all_ranks=True, spark_tasks=True, **more)

@@ -142,9 +142,11 @@ def _top_names(folder: str, entries: tuple[str, ...]) -> set[str]:
     return names
 
 
-def _forget(names: set[str]) -> None:
-    """Modules of these names a warm worker imported before, from anywhere but installed packages (a stale copy of
-    the user's own), are dropped: the run's own are imported afresh. Ours and installed ones stay."""
+def _forget(names: set[str], roots: list[str]) -> None:
+    """A module of these names that this process imported before (a warm worker that ran the user's code, a stale
+    copy) gives way to the run's own: dropped if it came from anywhere but the run's folders, or from them before an
+    edit. One imported from there unchanged stays (a worker's startup may have imported it on purpose: patching torch,
+    say), and ours, the standard library's and installed packages always stay."""
     names = {n for n in names if n in sys.modules}  # a package never imported has no submodule imported either
     if not names:
         return
@@ -152,9 +154,33 @@ def _forget(names: set[str]) -> None:
         top = name.split(".")[0]
         if top not in names or top == "jupyter_torchdist" or top in sys.stdlib_module_names:
             continue
-        parts = str(getattr(sys.modules[name], "__file__", "") or "").split(os.sep)
-        if "site-packages" not in parts and "dist-packages" not in parts:
-            del sys.modules[name]
+        module = sys.modules[name]
+        file = getattr(module, "__file__", None)
+        if not isinstance(file, str):
+            continue
+        parts = file.split(os.sep)
+        if "site-packages" in parts or "dist-packages" in parts:
+            continue
+        real = os.path.realpath(file)
+        if any(real.startswith(root + os.sep) for root in roots) and not _edited_since_import(module, file):
+            continue
+        del sys.modules[name]
+
+
+def _edited_since_import(module: Any, file: str) -> bool:
+    """Whether ``file`` changed after ``module`` was compiled from it (its bytecode cache records the source's time
+    and size); False when that cannot be told (no cache: PYTHONDONTWRITEBYTECODE, a read-only folder)."""
+    cached = getattr(module, "__cached__", None)
+    try:
+        with open(cached, "rb") as f:  # type: ignore[arg-type]
+            header = f.read(16)
+        st = os.stat(file)
+    except (OSError, TypeError):
+        return False
+    if len(header) < 16 or int.from_bytes(header[4:8], "little") != 0:  # a hash-based cache: checked on import
+        return False
+    return (int.from_bytes(header[8:12], "little"), int.from_bytes(header[12:16], "little")) != (
+        int(st.st_mtime) & 0xFFFFFFFF, st.st_size & 0xFFFFFFFF)
 
 
 class CodeSetup:
@@ -181,7 +207,7 @@ class CodeSetup:
             sys.path.insert(0, path)
         sys.path_importer_cache.clear()
         importlib.invalidate_caches()
-        _forget(self.names)
+        _forget(self.names, [os.path.realpath(p) for p in self.paths])
         if self.workdir is not None:
             os.chdir(self.workdir)
 

@@ -7,6 +7,7 @@ zygote), so nothing of one run survives into the next, and ``os._exit`` ends it.
 from __future__ import annotations
 
 import functools
+import os
 import signal
 import sys
 import threading
@@ -279,7 +280,7 @@ def _rank_body(plan: RunPlan, rank: int, gpu_address: str | None, sock: Any, cod
     bind_ip = "127.0.0.1" if plan.loopback else sock.getsockname()[0]
     device = set_env(plan, rank, rdv, bind_ip)
     client = RankClient(sock, plan.world_size, every_point=plan.every_point and rank == 0)
-    for warning in code.warnings if code is not None and rank == 0 else ():
+    for warning in code.warnings if code is not None and os.environ.get("LOCAL_RANK") == "0" else ():  # once a host
         client.post_log("stderr", f"jupyter-torchdist warning: {warning}\n", time.time())
     link = KernelLink(sock)
     install(RankRuntime(plan, rank, client, link, bind_ip, UsageSampler(client.post_usage, gpu=plan.gpu)))

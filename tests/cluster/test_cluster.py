@@ -60,7 +60,7 @@ def _value(kernel: Kernel, expr: str) -> object:
 def driver(cluster: Cluster, tmp_path_factory):
     """A kernel whose active SparkSession is the cluster's, with 2 executors registered."""
     workdir = cluster.notebooks / "cluster-driver"  # the workers cannot see it, as on a real cluster
-    workdir.mkdir()
+    workdir.mkdir(exist_ok=True)  # the debugging tests' module makes its own driver here too
     (workdir / "where_helpers.py").write_text(WHERE)
     (workdir / "train.py").write_text(SCRIPT)
     env = {k: v for k, v in spark_env(cluster.workdir).items() if k.startswith(("SPARK_", "PYSPARK"))}

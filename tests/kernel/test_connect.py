@@ -25,7 +25,7 @@ def kernel(connect_server):
              f"spark = SparkSession.builder.remote({connect_server.url!r}).getOrCreate()\n"
              "import jupyter_torchdist as jt")
     folder = connect_server.notebooks / "connect"  # the server cannot see it, as a remote one could not
-    folder.mkdir()
+    folder.mkdir(exist_ok=True)
     (folder / "beside.py").write_text("VALUE = 7\n")
     with loaded_kernel(setup=setup, cwd=str(folder)) as k:
         yield k

@@ -15,7 +15,9 @@ from ..support.doc_pages import blocks, pages
 from ..support.doc_run import PageRun, run_pages
 from .test_framework_guides import GUIDES, guide_cells
 
-pytestmark = pytest.mark.spark  # pages use the embedded session as a reader's notebook does
+# pages use the embedded session as a reader's notebook does; the first page's test runs every page (the fixture,
+# about 4 minutes on 2 cores): the default 300 s per test is too tight for that one
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
 
 GUIDE_PAGES = {ROOT / "docs" / "frameworks" / f"{name}.md": name for name in GUIDES}
 PAGES = [p for p in pages() if blocks(p) and p not in GUIDE_PAGES]

@@ -130,18 +130,18 @@ def optimizer_vs_ddp() -> dict:
 def _control_rounds_per_step(steps: int) -> list:
     """Control rounds (the negotiation's all_gathers) in each step of a fresh layout: the first step is agreed,
     the later ones send their buckets with none (DDP's traffic)."""
-    from jupyter_torchdist.horovod import _channel
+    from jupyter_torchdist.horovod import negotiation
 
     torch.manual_seed(1)
     model = torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.Linear(7, 2))  # a layout no other test uses
     opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1))
-    original, counts = _channel.all_gather_single, []
+    original, counts = negotiation.all_gather_single, []
 
     def counted(*args, **kwargs):
         counts[-1] += 1
         return original(*args, **kwargs)
 
-    _channel.all_gather_single = counted
+    negotiation.all_gather_single = counted
     try:
         for step in range(steps):
             counts.append(0)
@@ -149,7 +149,7 @@ def _control_rounds_per_step(steps: int) -> list:
             opt.step()
             opt.zero_grad()
     finally:
-        _channel.all_gather_single = original
+        negotiation.all_gather_single = original
     return counts
 
 

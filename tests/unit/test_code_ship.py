@@ -254,3 +254,30 @@ def test_pip_installs_what_a_host_lacks_once_into_an_overlay_and_names_a_failure
     assert "--pip: resolving" in str(info.value) and "failed on" in str(info.value) and "pip exit" in str(info.value)
     assert "pip's last lines" in str(info.value) and info.value.details
     assert not os.path.exists(os.path.join(base, "pip", "e" * 64)), "a failed install leaves no overlay"
+
+
+def test_a_warm_workers_copy_of_a_module_gives_way_only_when_stale(tmp_path):
+    """What a rank forked from a warm worker keeps of a module the worker imported: one from the run's folder,
+    unchanged, stays (a worker's startup may have imported it on purpose); one edited since, or from elsewhere, goes."""
+    here, elsewhere = tmp_path / "run", tmp_path / "old"
+    here.mkdir()
+    elsewhere.mkdir()
+    (here / "kept_mod.py").write_text("A = 1\n")
+    (here / "edited_mod.py").write_text("A = 1\n")
+    (elsewhere / "other_mod.py").write_text("A = 1\n")
+    script = textwrap.dedent(f"""
+        import os, sys, time
+        sys.path[:0] = [{str(here)!r}, {str(elsewhere)!r}]
+        import kept_mod, edited_mod, other_mod
+        time.sleep(1.1)
+        with open({str(here / "edited_mod.py")!r}, "w") as f:
+            f.write("A = 22\\n")
+        from jupyter_torchdist.rank.code_setup import _forget
+        _forget({{"kept_mod", "edited_mod", "other_mod", "json"}}, [os.path.realpath({str(here)!r})])
+        print(sorted(n for n in ("kept_mod", "edited_mod", "other_mod", "json") if n in sys.modules))
+    """)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}  # its cache tells an edit
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         env={**env, "PYTHONPATH": str(support.ROOT)})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "['json', 'kept_mod']"

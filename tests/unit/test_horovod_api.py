@@ -9,9 +9,9 @@ import pytest
 import torch
 
 import jupyter_torchdist.horovod as hvd
-from jupyter_torchdist.horovod import _decide as d
-from jupyter_torchdist.horovod._request import ALLGATHER, ALLREDUCE, BARRIER, BROADCAST, GRADIENTS, Request, digest
-from jupyter_torchdist.horovod._wire import for_reduction, movable, reduce_dtype
+from jupyter_torchdist.horovod import negotiation as d
+from jupyter_torchdist.horovod.negotiation import ALLGATHER, ALLREDUCE, BARRIER, BROADCAST, GRADIENTS, Request, digest
+from jupyter_torchdist.horovod.negotiation import for_reduction, movable, reduce_dtype
 
 
 def test_before_init_every_call_says_to_init():
@@ -181,7 +181,7 @@ def test_keys_name_the_collective_and_are_stable_across_processes():
     assert Request(ALLREDUCE, "x", (), "").key != Request(ALLGATHER, "x", (), "").key  # Horovod: per-kind names
     assert Request(ALLREDUCE, None, (), "").key != Request(ALLREDUCE, "x", (), "").key
     assert Request(ALLREDUCE, "x", (1,), "").sig != Request(ALLREDUCE, "x", (2,), "").sig
-    code = "from jupyter_torchdist.horovod._request import digest; print(digest(('allreduce', 'x')))"
+    code = "from jupyter_torchdist.horovod.negotiation import digest; print(digest(('allreduce', 'x')))"
     other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert int(other) == digest(("allreduce", "x")) < 2 ** 63  # not Python's per-process hash()
 

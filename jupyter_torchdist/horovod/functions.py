@@ -12,12 +12,12 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ._basics import check_initialized
-from ._broadcast import broadcast_async_
-from ._objects import broadcast_object
-from ._optimizer import _DistributedOptimizer
+from .basics import check_initialized
+from .mpi_ops import broadcast_async_, broadcast_object
+from .optimizer import _DistributedOptimizer
 
 __all__ = ["broadcast_parameters", "broadcast_optimizer_state"]
+
 
 _BUFFER_BYTES = 64 << 20
 

@@ -1,4 +1,5 @@
-"""Gradient compression for the wire, with Horovod's interface (classes with static compress/decompress)."""
+"""Gradient compression for the wire, with Horovod's interface (classes with static compress/decompress).
+"""
 from __future__ import annotations
 
 from typing import Any
