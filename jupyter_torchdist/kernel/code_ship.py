@@ -179,6 +179,16 @@ def _bundle(root: str, files: list[FileEntry], entries: tuple[str, ...] = ()) ->
                   size=sum(e.size for e in files), files=len(files))
 
 
+def _in_place(root: str) -> Bundle:
+    """The working directory of a run whose every rank is on this machine (--local, Spark's local mode): they use it
+    where it is, so it is not listed (a big folder would cost every run its walk). Should a rank find it elsewhere
+    after all (another mount namespace), its bytes are listed and made when that rank asks."""
+    ident = identity(root)
+    digest = hashlib.sha256(f"{root}\0in place\0{ident}".encode("utf-8", "surrogateescape")).hexdigest()
+    _offer(digest, lambda: _zip(root, list_files(root, most=MAX_FILES + 1)))
+    return Bundle(digest=digest, root=root, entries=(), identity=ident, size=0, files=0)
+
+
 def _zip(root: str, files: list[FileEntry]) -> bytes:
     """The bundle's bytes, as a zip of its files as they are now (one read: every host of the run gets these bytes);
     refused if they are too many to travel (the cap, checked here too for a run that looked local and was not). A
@@ -328,11 +338,13 @@ def ship_code(modules: Iterable[str], options: RunOptions, *, travels: bool) -> 
     packages to install (``--pip``, ``--requirements``). ``travels``: some ranks may run on other machines, so a folder
     over the cap is refused here, before any rank starts (LaunchError naming its biggest files)."""
     root = _workdir(options.workdir)
-    files: list[FileEntry] = []
-    if root is not None:
+    workdir = None
+    if root is not None and travels:
         files = list_files(root, most=MAX_FILES + 1)
-        if travels:
-            _check_size(root, files, DEFAULT_WORKDIR_MAX_MB)
+        _check_size(root, files, DEFAULT_WORKDIR_MAX_MB)
+        workdir = _bundle(root, files)
+    elif root is not None:
+        workdir = _in_place(root)
     roots = _user_roots(root)
     found, libraries = _trace({m.split(".")[0] for m in modules if m and m != "__main__"}, roots)
     bundles = []
@@ -340,7 +352,7 @@ def ship_code(modules: Iterable[str], options: RunOptions, *, travels: bool) -> 
         if other != root and names:
             entries = tuple(sorted(names))
             bundles.append(_bundle(other, list_files(other, entries, most=MAX_FILES + 1), entries))
-    return CodeShip(workdir=_bundle(root, files) if root is not None else None, modules=tuple(bundles),
+    return CodeShip(workdir=workdir, modules=tuple(bundles),
                     pip=_pip_set(options.pip, options.requirements), needs=_needs(libraries))
 
 

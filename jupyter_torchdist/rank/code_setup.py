@@ -123,11 +123,21 @@ def _source_hook(roots: list[str]) -> Callable[[str], Any]:
 
     def hook(path: str) -> Any:
         real = os.path.realpath(path or ".")
-        if any(real == r or real.startswith(r + os.sep) for r in roots):
+        if any(real == r or real.startswith(r + os.sep) for r in roots) and not _installed(real):
             return finder(path)
         raise ImportError("not the run's own code")
 
     return hook
+
+
+_OURS = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
+
+
+def _installed(folder: str) -> bool:
+    """An environment's packages (a .venv inside the project, say) or ours: not the user's code, so their bytecode
+    caches serve as usual (compiling torch's modules from source would cost a rank seconds)."""
+    parts = folder.split(os.sep)
+    return "site-packages" in parts or "dist-packages" in parts or folder == _OURS or folder.startswith(_OURS + os.sep)
 
 
 def _top_names(folder: str, entries: tuple[str, ...]) -> set[str]:
