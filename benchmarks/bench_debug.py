@@ -177,7 +177,7 @@ class _Watch:
 
 def hang_to_notice(runs: int) -> list[dict[str, float]]:
     from jupyter_torchdist.core.errors import RunTimeout
-    from jupyter_torchdist.kernel.runs.launch import Work, launch
+    from jupyter_torchdist.kernel.runs.driver import Work, launch
     from jupyter_torchdist.core.options import RunOptions
 
     out = []

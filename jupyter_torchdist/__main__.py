@@ -171,7 +171,7 @@ def _wants_help(argv: list[str]) -> bool:
 
 
 def _run(options: RunOptions) -> None:
-    from .kernel.runs.launch import Work, launch
+    from .kernel.runs.driver import Work, launch
     from .kernel.script_source import script_function
     from .views import NullView
     from .views.text import TextView

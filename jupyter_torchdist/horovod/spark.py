@@ -176,7 +176,7 @@ def _launch(entry: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: d
         raise TypeError(f"fn must be a function to run on every rank, not {type(fn).__name__}")
     extra_env = _checked_env(env)
     from ..core.options import RunOptions
-    from ..kernel.runs.launch import Work, launch
+    from ..kernel.runs.driver import Work, launch
 
     n = _default_num_proc() if num_proc is None else num_proc
     options = RunOptions(n=n, all_ranks=True, spark_tasks=True, **more)

@@ -12,10 +12,10 @@ from typing import Any
 from ..core.options import RunOptions
 from .base import Capacity, DataPlane, Launcher
 from .interrupts import guard_interrupts
-from .registry import Backend, backend_for, backends, launcher_for, register, unregister
+from .registry import Backend, backend_for, backends, register, unregister
 
 __all__ = ["Launcher", "Capacity", "DataPlane", "Backend", "register", "unregister", "backends", "backend_for",
-           "launcher_for", "data_plane", "on_load", "on_unload", "guard_interrupts", "before_run", "may_use_spark"]
+           "launcher_for", "data_plane", "on_load", "on_unload", "guard_interrupts", "may_use_spark"]
 
 
 def _local(options: RunOptions) -> bool:
@@ -87,10 +87,16 @@ def may_use_spark(options: RunOptions) -> bool:
     return not options.local
 
 
-def before_run(options: RunOptions) -> None:
-    """A run is about to choose its backend: if it could use the embedded session (the notebook has no session of
-    its own), that session starts warming up in the background now (this run goes to local processes meanwhile:
-    ``warming``). With the notebook's own session nothing of ours starts, whichever thread the run decides on."""
+def launcher_for(options: RunOptions) -> Launcher:
+    """The launcher of the backend that takes a run: chosen once per run (or kept set), here. If the run could use
+    the embedded session (the notebook has no session of its own), that session starts warming up in the background
+    first (this run goes to local processes meanwhile: ``warming``). With the notebook's own session nothing of ours
+    starts, whichever thread the run decides on."""
+    _warm_embedded(options)
+    return backend_for(options).launcher()
+
+
+def _warm_embedded(options: RunOptions) -> None:
     if options.local or _connect(options):
         return
     from .session import autostart as embedded

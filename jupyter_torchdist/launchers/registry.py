@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from ..core.options import RunOptions
 from .base import Launcher
 
-__all__ = ["Backend", "register", "unregister", "backend_for", "launcher_for", "backends"]
+__all__ = ["Backend", "register", "unregister", "backend_for", "backends"]
 
 
 @dataclass(frozen=True)
@@ -57,8 +57,3 @@ def backend_for(options: RunOptions) -> Backend:
         if backend.claims(options):
             return backend
     raise LookupError(f"no launcher backend takes this run (registered: {[b.name for b in _backends]})")
-
-
-def launcher_for(options: RunOptions) -> Launcher:
-    """A fresh launcher of the backend that takes ``options``."""
-    return backend_for(options).launcher()

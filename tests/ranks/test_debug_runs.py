@@ -11,7 +11,7 @@ import cloudpickle
 import pytest
 
 from jupyter_torchdist.core.errors import RunTimeout
-from jupyter_torchdist.kernel.runs.launch import Work, launch
+from jupyter_torchdist.kernel.runs.driver import Work, launch
 from jupyter_torchdist.core.options import RunOptions
 from jupyter_torchdist.views.text import TextView
 

@@ -18,7 +18,7 @@ from jupyter_torchdist.kernel.pickling import pack
 from jupyter_torchdist.core.errors import RunFailed, RunInterrupted, RunTimeout
 from jupyter_torchdist.kernel.runs.rankset import RankSet
 from jupyter_torchdist.core.options import RunOptions
-from jupyter_torchdist.kernel.runs.launch import execute
+from jupyter_torchdist.kernel.runs.driver import execute
 from jupyter_torchdist.views import NullView
 
 from ..support import fault_helpers as fh
@@ -155,7 +155,7 @@ def test_value_too_large_to_bring_back_says_its_size_and_what_to_do(spark):
     options = RunOptions(n=2, max_value_mb=1)
     payload = pack(fh.big_value, (2.5,), max_bytes=1 << 20)
     with pytest.raises(RunFailed) as info:
-        execute(payload, options, RankSet(options), NullView())
+        execute(payload, options, RankSet.prepared(options), NullView())
     root = info.value.root
     assert root.rank == 0
     assert "2.5 MB" in root.summary and "over the limit of 1.0 MB" in root.summary and "--max-value-mb" in root.summary

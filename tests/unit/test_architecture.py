@@ -100,7 +100,7 @@ def test_no_layer_imports_a_higher_one():
 def test_the_checks_above_can_fail():
     assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == [["a", "b", "c"]]
     assert _layer("jupyter_torchdist.rank.main") == "rank" and _layer("jupyter_torchdist.core.contract") == "core"
-    launch, launchers = _layer("jupyter_torchdist.kernel.runs.launch"), _layer("jupyter_torchdist.launchers")
+    launch, launchers = _layer("jupyter_torchdist.kernel.runs.driver"), _layer("jupyter_torchdist.launchers")
     assert ORDER.index(launch) > ORDER.index(launchers)
 
 

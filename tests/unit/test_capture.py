@@ -77,7 +77,7 @@ def test_only_what_the_cell_uses_is_captured(ns):
 
 
 def test_magic_names_the_lock_before_launching(shell, capsys, monkeypatch):
-    from jupyter_torchdist.kernel.runs import launch
+    from jupyter_torchdist.kernel.runs import driver as launch
 
     launched = []
     monkeypatch.setattr(launch, "execute", lambda *a, **k: launched.append(a))
@@ -92,7 +92,7 @@ def test_magic_names_the_lock_before_launching(shell, capsys, monkeypatch):
 
 
 def test_magic_payload_limit_option(shell, capsys, monkeypatch):
-    from jupyter_torchdist.kernel.runs import launch
+    from jupyter_torchdist.kernel.runs import driver as launch
 
     monkeypatch.setattr(launch, "execute", lambda *a, **k: pytest.fail("launched despite the payload limit"))
     shell.run_cell("blob = bytes(3 * 1024 * 1024)\n")

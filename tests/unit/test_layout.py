@@ -37,7 +37,7 @@ def test_every_test_module_is_in_its_layers_folder():
 
 def test_the_kernel_side_does_not_load_the_rank_runtime_and_the_rank_side_no_kernel_code():
     code = ("import sys, jupyter_torchdist as jt\n"
-            "import jupyter_torchdist.kernel.runs.launch, jupyter_torchdist.kernel.magics.distribute\n"
+            "import jupyter_torchdist.kernel.runs.driver, jupyter_torchdist.kernel.magics.distribute\n"
             "import jupyter_torchdist.launchers.spark\n"
             "import jupyter_torchdist.launchers.local\n"
             "print(sorted(m for m in sys.modules if m.startswith('jupyter_torchdist.rank.') "

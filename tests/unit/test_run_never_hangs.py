@@ -7,7 +7,7 @@ import pytest
 
 import jupyter_torchdist as jt
 from jupyter_torchdist.core.errors import LaunchError
-from jupyter_torchdist.kernel.runs import scheduling
+from jupyter_torchdist.kernel.runs import driver
 from jupyter_torchdist.kernel.runs.registry import runs
 
 
@@ -20,7 +20,7 @@ def probe_fails(monkeypatch):
     """The backend's probe raises (a Spark Connect session gone, a registry claim that cannot decide)."""
     def broken(options):
         raise Broken("the backend's probe failed: session gone")
-    monkeypatch.setattr(scheduling, "backend_for", broken)
+    monkeypatch.setattr(driver, "launcher_for", broken)
 
 
 def test_a_background_run_whose_probe_fails_ends_with_that_error(probe_fails):
@@ -50,12 +50,12 @@ def test_a_slot_count_that_fails_while_the_run_waits_ends_it(monkeypatch):
     holder = Ticket(-1, 1, "broken-pool")
     assert turns.wait(holder, lambda: 1) == "go"
 
-    def pool(run, options):
+    def slots(self):
         def capacity() -> int:
             raise LaunchError("the session's slots could not be read: its JVM is gone")
-        return scheduling.Pool(Ticket(run.id, 1, "broken-pool"), capacity)
+        return [driver.Pool(Ticket(self.run.id, 1, "broken-pool"), capacity)]
 
-    monkeypatch.setattr(scheduling, "slots_pool", pool)
+    monkeypatch.setattr(driver.RunDriver, "_slots", slots)
     try:
         run = jt.run(len, [1], n=1, local=True, background=True)
         assert run.wait(timeout=10), f"still {run.state}"

@@ -16,7 +16,7 @@ from jupyter_torchdist.core.errors import RunInterrupted
 from jupyter_torchdist.core.options import parse_options
 from jupyter_torchdist.kernel.runs.restarts import ContinuedView
 from jupyter_torchdist.kernel.runs.run import Run
-from jupyter_torchdist.kernel.runs.scheduling import ScheduledRun
+from jupyter_torchdist.kernel.runs.driver import RunDriver
 from jupyter_torchdist.kernel.state.run import RunState
 from jupyter_torchdist.kernel.sweeps.search import make_search
 from jupyter_torchdist.kernel.sweeps.sweep import Sweep
@@ -38,10 +38,10 @@ def _state(n: int, step: int, loss: float = 0.5) -> RunState:
     return st
 
 
-def _run(number: int, line: str = "-n 2 --background") -> tuple[Run, ScheduledRun]:
+def _run(number: int, line: str = "-n 2 --background") -> tuple[Run, RunDriver]:
     options = parse_options(line)
     run = Run(number, f"%%distribute {line}", options)
-    driver = ScheduledRun(run, b"", options, None, ContinuedView(NullView()), lambda d: None)  # type: ignore[arg-type]
+    driver = RunDriver(run, b"", options, None, ContinuedView(NullView()))  # type: ignore[arg-type]
     return run, driver
 
 

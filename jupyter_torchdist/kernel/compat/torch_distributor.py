@@ -31,7 +31,7 @@ from ...launchers.session.notebook import notebook_session
 from ...core.options import RunOptions
 from ...views import make_view
 from ..runs.result import RunResult
-from ..runs.launch import Work, launch
+from ..runs.driver import Work, launch
 
 __all__ = ["TorchDistributor", "GpuFacts", "gpu_plan"]
 

@@ -20,15 +20,15 @@ from ...core.options import RunOptions
 from ...views import NullView, RunView
 from .cell import kept_cell
 from ..pickling import Packed, pack
-from ..runs.rankset import KeptInfo, RankSet
+from ...launchers import launcher_for
+from ..runs.rankset import Hooks, KeptInfo, RankSet
 from ..runs.restarts import CheckpointFolder, restartable
 from ..runs.result import RunResult
-from ..runs.scheduling import Pool
-from ..runs.launch import execute
+from ..runs.driver import Pool, execute
 from ..runs.run import Run
 from ..runs.turns import Ticket, turns
 
-__all__ = ["Ranks", "KeptInfo", "notebook_ranks", "set_notebook_ranks"]
+__all__ = ["Ranks", "KeptInfo", "KeptCell", "notebook_ranks", "set_notebook_ranks"]
 
 
 _live: weakref.WeakSet[Ranks] = weakref.WeakSet()
@@ -36,8 +36,8 @@ _numbers = itertools.count(1)
 
 
 @dataclass(frozen=True)
-class _First:
-    """The call that started a kept set: run again when the set restarts."""
+class KeptCell:
+    """A call on kept ranks (the one that starts a set is run again when the set restarts)."""
 
     payload: Packed
     options: RunOptions
@@ -61,7 +61,7 @@ class Ranks:
                                   all_ranks=all_ranks, keep=True, data_workers=data_workers,
                                   max_restarts=max_restarts, checkpoint_dir=checkpoint_dir)
         self._set: RankSet | None = None
-        self._first: _First | None = None              # the call that started the set (run again on a restart)
+        self._first: KeptCell | None = None              # the call that started the set (run again on a restart)
         self._folder: CheckpointFolder | None = None   # where jt.commit writes, for the set's whole life
         self._restarts = 0
         self._lost: RunFailed | None = None            # the set broke in a way a restart mends: at the next call
@@ -140,27 +140,41 @@ class Ranks:
                 filename: str = "<distributed>", source: str = "", run: Run | None = None) -> RunResult:
         """Run one packed payload as the next cell (starting the ranks first if none are up, or again if they were
         lost and ``max_restarts`` allows). ``run``: the cell's handle (its stop interrupts this cell only)."""
+        ranks = self.ready(KeptCell(payload, options, title, filename, source), run)
+        return self.cell(ranks, payload, options, title=title, view=view, filename=filename, source=source)
+
+    def ready(self, first: KeptCell, run: Run | None = None) -> RankSet:
+        """The set the next cell runs on: the one up, unless it was lost (then restarted, if allowed), or a new one
+        (``first``: the call that starts it, run again if it restarts). ``run``: the cell's handle, attached."""
         ranks = self._up
         if ranks is not None and ranks.cells:
             ranks = self._unless_lost(ranks)
         if ranks is None and self._lost is not None:
-            ranks = self._restart(quiet=options.background)
+            ranks = self._restart(quiet=first.options.background)
         if ranks is None:
-            ranks = self._start(_First(payload, options, title, filename, source))
+            ranks = self._start(first)
         if run is not None:
-            ranks.number, run.where, run.ui_url = run.id, ranks.info.label, ranks.info.ui_url
+            ranks.number, run.where, run.ui_url = run.id, ranks.info.label, ranks.info.ui_url  # this cell's run
             run.attach(ranks.inbox)
+        return ranks
+
+    def cell(self, ranks: RankSet, payload: Packed, options: RunOptions, *, title: str,
+             view: RunView | None = None, filename: str = "<distributed>", source: str = "") -> RunResult:
+        """One cell on ``ready``'s set; a failure that broke it is remembered for a restart at the next cell."""
         try:
             return execute(payload, options, ranks, view or NullView(), filename=filename, source=source, title=title)
         except RunFailed as exc:
             self._after(exc, ranks)
             raise
 
-    def _start(self, first: _First) -> RankSet:
-        ranks = self._set = RankSet(replace(self.options, keep=True), keep=True)
+    def _start(self, first: KeptCell) -> RankSet:
+        options = replace(self.options, keep=True)
+        launcher = launcher_for(options)
+        info = launcher.prepare(options)
         if self._folder is None:
-            self._folder = CheckpointFolder.for_run(self.options, ranks.info.loopback)
-        ranks.checkpoint, ranks.attempt = self._folder.where, self._restarts + 1
+            self._folder = CheckpointFolder.for_run(self.options, info.loopback)
+        hooks = Hooks(checkpoint=self._folder.where, attempt=self._restarts + 1)
+        ranks = self._set = RankSet(options, launcher, info, hooks, keep=True)
         self._first = self._first or first
         return ranks
 

@@ -8,7 +8,7 @@ from IPython.core.error import UsageError
 
 from ...core.options import RunOptions
 from ...views import NullView, make_view
-from ..runs.launch import Work, launch_background
+from ..runs.driver import Work, launch_background
 from ..runs.run import Run
 from ..runs.registry import find, last_background
 from ..sweeps.sweep import Sweep

@@ -11,13 +11,13 @@ from ...core.options import RunOptions
 from ...rank.kept_payload import KeptPostMortem
 from ...views import make_view
 from ..cell import CellSyntaxError
-from ..kept.ranks import KeptInfo, Ranks, notebook_ranks, set_notebook_ranks
+from ..kept.ranks import KeptCell, KeptInfo, Ranks, notebook_ranks, set_notebook_ranks
 from ..kept.cell import kept_cell
-from ..runs.scheduling import ScheduledRun, background_run, drive, start_on_thread
-from ..pickling import pack
-from ..runs.restarts import ContinuedView
+from ..pickling import Packed, pack
+from ..runs.driver import Pool, RunDriver, Work, start_on_thread
+from ..runs.rankset import RankSet
+from ..runs.restarts import Attempt
 from ..runs.result import RunResult
-from ..runs.launch import Work
 from ..runs.registry import background_going, new_run
 
 __all__ = ["run_kept", "stop_kept", "kept", "debug_kept"]
@@ -92,26 +92,48 @@ def run_kept(shell: Any, line: str, cell: str, options: RunOptions, number: int)
     n = ranks.options.n
     run_options = options if options.n == n else replace(options, n=n)
     work = Work(job, title=f"{header} (a cell on kept ranks)", filename=filename, source=header + "\n" + job.source)
-
-    def attempts(d: ScheduledRun) -> RunResult:
-        return ranks.execute(d.payload, d.options, title=f"{header} (cell {ranks_cells(ranks) + 1} on kept ranks)",
-                             view=d.shown, filename=work.filename, source=work.source, run=d.run)
-
     view = make_view(shell, options.quiet, background=options.background)
     if options.background:
         check_background(background_going())
-        d = background_run(payload, run_options, view, work, attempts)
+        run_options = replace(run_options, background=True)
+    d = KeptCellDriver(new_run(work.title, run_options), payload, run_options, work, view, kept=ranks, header=header)
+    if options.background:
         from .background import stores_output  # here: importing jupyter_torchdist must not import IPython
 
+        d.show_waiting(None)
         d.run.on_outcome.append(stores_output(shell, options.output))
-        start_on_thread(d, pools=lambda: [ranks.turn(d.run)])
+        start_on_thread(d)
         return d.run
-    run = new_run(work.title, run_options)
-    scheduled = ScheduledRun(run, payload, run_options, work, ContinuedView(view), attempts)
-    result = drive(scheduled, lambda: [ranks.turn(run)], None)
+    result = d.life(deadline=None)
     if options.output:
         shell.user_ns[options.output] = result.value
     return result.value
+
+
+class KeptCellDriver(RunDriver):
+    """A cell on the notebook's kept ranks: its turn is theirs (one cell at a time, in the order they came), its
+    ranks are the kept ones (started by the first cell; lost ones restart at the next cell with --max-restarts), and
+    it has one attempt."""
+
+    def __init__(self, run: Any, payload: Packed, options: RunOptions, work: Work, view: Any, *, kept: Ranks,
+                 header: str) -> None:
+        super().__init__(run, payload, options, work, view)
+        self.kept, self.header = kept, header
+
+    def _slots(self) -> list[Pool]:
+        return [self.kept.turn(self.run)]
+
+    def start_ranks(self, failed: list[Attempt]) -> RankSet:
+        title = f"{self.header} (cell {ranks_cells(self.kept) + 1} on kept ranks)"
+        return self.kept.ready(KeptCell(self.payload, self.options, title, self.work.filename, self.work.source),
+                               self.run)
+
+    def supervise(self, ranks: RankSet, failed: list[Attempt]) -> RunResult:
+        return self.kept.cell(ranks, self.payload, self.options, title=f"{self.header} (cell {ranks.cells + 1} on "
+                              "kept ranks)", view=self.shown, filename=self.work.filename, source=self.work.source)
+
+    def restart(self, exc: Any, ranks: RankSet, failed: list[Attempt], started: float) -> bool:
+        return False
 
 
 def ranks_cells(ranks: Ranks) -> int:

@@ -1,6 +1,6 @@
 """The ranks cells run on: a launcher, the channel the ranks dial, and what the kernel learnt about them.
 
-One run path for every cell (``launch.execute``); what differs is how long the ranks live. A one-shot set
+One run path for every cell (``driver.execute``); what differs is how long the ranks live. A one-shot set
 lives for one cell: its ranks exit after it, and its channel closes. A kept set (``keep=True``) stays up
 after the cell: later cells are sent to the ranks already up, in their own namespace, until ``close``.
 """
@@ -19,7 +19,7 @@ from ...channel.server import ChannelServer
 from ...core.contract import CodeShip, Inbound, LaunchInfo, RunPlan
 from ...core.errors import RankFailure
 from ...data.service import DataService
-from ...launchers import before_run, launcher_for
+from ...launchers import launcher_for
 from ...launchers.base import Launcher
 from ...core.options import RunOptions
 from ...views import RunView
@@ -52,14 +52,26 @@ class KeptInfo:
     #                                            %distribute_debug: that rank keeps the failure's frames)
 
 
-class RankSet:
-    """Ranks for one cell (one-shot) or for many (``keep``). Preparing the launcher may raise LaunchError."""
+@dataclass(frozen=True)
+class Hooks:
+    """What a run hands its ranks when it starts them (``driver.RunDriver.start_ranks``)."""
 
-    def __init__(self, options: RunOptions, *, keep: bool = False) -> None:
-        self.options, self.keep = options, keep
-        before_run(options)  # the embedded session starts warming if this run could use it
-        self.launcher: Launcher = launcher_for(options)
-        self.info: LaunchInfo = self.launcher.prepare(options)
+    checkpoint: str | None = None    # where jt.commit writes (--max-restarts, --checkpoint-dir)
+    attempt: int = 1                 # which start of the run these ranks are
+    number: int | None = None        # the run's number in this kernel (jupyter_torchdist.runs())
+    carried: tuple[str, ...] = ()    # notes from the attempts before this one, for its view
+    tap: Callable[[Inbound], None] | None = None       # the run's recorder sees its ranks' messages (--track)
+    listener: Callable[[Inbound], None] | None = None  # a sweep's judge sees its ranks' reports
+    folder: str | None = None        # the run's folder under --logdir (--track tensorboard, --profile)
+
+
+class RankSet:
+    """Ranks for one cell (one-shot) or for many (``keep``), started by ``launcher`` (prepared: ``info``)."""
+
+    def __init__(self, options: RunOptions, launcher: Launcher, info: LaunchInfo, hooks: Hooks = Hooks(), *,
+                 keep: bool = False) -> None:
+        self.options, self.keep, self.hooks = options, keep, hooks
+        self.launcher, self.info = launcher, info
         self.inbox: queue.SimpleQueue[Inbound] = queue.SimpleQueue()
         self.server = ChannelServer(options.n, host=self.info.channel_host, inbox=self.inbox,
                                     max_frame=options.max_value_bytes + _FRAME_SLACK, tls=self.info.channel_tls,
@@ -69,24 +81,24 @@ class RankSet:
         self.hosts: dict[int, tuple[str, int | None]] = {}
         self.heard: dict[int, float] = {}  # kept ranks: when each last said anything (usage readings go on)
         self.rank_names: set[str] = set()  # global names the ranks' own code defined (kept ranks)
-        self.checkpoint: str | None = None  # where jt.commit writes (--max-restarts, --checkpoint-dir)
-        self.attempt = 1                    # which start of the run these ranks are
-        self.carried: list[str] = []        # notes from the attempts before this one, for its view
         self.failed_rank: int | None = None  # the last cell's root-cause rank, if it raised (kept ranks)
-        self.number: int | None = None      # the run's number in this kernel (jupyter_torchdist.runs())
-        self.tap: Callable[[Inbound], None] | None = None  # the run's recorder sees its ranks' messages (--track)
-        self.listener: Callable[[Inbound], None] | None = None  # a sweep's judge sees its ranks' reports
-        self.folder: str | None = None      # the run's folder under --logdir (--track tensorboard, --profile)
+        self.number: int | None = hooks.number  # the run (cell) now on these ranks (kept ranks: each cell's own)
         self.code: CodeShip | None = None    # the notebook's code as the last cell sent it (kernel/code_ship.py)
 
     # -- one cell ----------------------------------------------------------------------------------------
+    @classmethod
+    def prepared(cls, options: RunOptions, *, keep: bool = False) -> RankSet:
+        """A set on the launcher of the backend that takes ``options``, prepared, with no hooks."""
+        launcher = launcher_for(options)
+        return cls(options, launcher, launcher.prepare(options), keep=keep)
+
     def new_state(self, options: RunOptions, title: str) -> RunState:
         cell = self.cells + 1
         state = RunState(options.n, title=title, options=options.summary(), backend=self.info.label,
                          started_at=time.time(), cell=cell if self.keep else None, run_id=self.number,
                          background=options.background)
-        state.folder = self.folder
-        state.notes.extend(self.carried)
+        state.folder = self.hooks.folder
+        state.notes.extend(self.hooks.carried)
         state.debug.stall_after = options.stall_after or None
         if self.keep and self.launcher.slot_noun:
             state.notes.append(f"kept ranks hold {options.n} {self.launcher.slot_noun} until %distribute_stop "
@@ -100,8 +112,7 @@ class RankSet:
     def supervisor(self, state: RunState, view: RunView, options: RunOptions) -> Supervisor:
         deadline = None if options.timeout is None else state.started_at + options.timeout
         sup = (KeptSupervisor if self.keep else Supervisor)(state, self.server, self.launcher, view, self.inbox,
-                                                            deadline)
-        sup.tap, sup.listener = self.tap, self.listener
+                                                            deadline, tap=self.hooks.tap, listener=self.hooks.listener)
         in_slots = 0 if self.keep or not self.launcher.slot_noun else options.n  # kept ranks' slots count as held
         sup.data = DataService(self.server, self.inbox, world_size=options.n, workers=options.data_workers,
                                secret=self.server.secret, run_id=f"{self.run_id}-{self.cells + 1}",
@@ -135,8 +146,8 @@ class RankSet:
                        gpu=options.gpu, threads=options.backend_threads, max_value_bytes=options.max_value_bytes,
                        all_ranks=options.all_ranks, loopback=self.info.loopback, tls=self.server.tls_pin,
                        keep=self.keep, versions=tuple(local_versions(options.packages).items()),
-                       argv=tuple(sys.argv), checkpoint=self.checkpoint,
-                       attempt=self.attempt, post_mortem=options.pdb, every_point=bool(options.track),
+                       argv=tuple(sys.argv), checkpoint=self.hooks.checkpoint,
+                       attempt=self.hooks.attempt, post_mortem=options.pdb, every_point=bool(options.track),
                        profile=options.profile, per_node=self.info.ranks_per_task if options.task_nodes else 0)
 
     def _inline(self) -> tuple[tuple[str, bytes], ...]:

@@ -4,7 +4,7 @@ A foreground ``%%distribute`` cell, a ``--background`` one, ``run(..., backgroun
 a ``Run``: its number, title and state (queued, running, done, failed, stopped; a sweep's member may be
 stopped_early), and
 once it has ended its value or its error and its ``RunResult``. The handle is filled in by whoever drives the run
-(``scheduling.py``, ``launch.py``); the notebook waits on it, asks for its value or stops it, from any thread. It is a
+(``driver.py``); the notebook waits on it, asks for its value or stops it, from any thread. It is a
 ``Handle`` (``kernel/handle.py``), as a sweep is. The kernel's list of its runs is ``registry.py``.
 """
 from __future__ import annotations
@@ -63,8 +63,8 @@ class Run(Handle):
         # called once its outcome is set, before anyone waiting on it wakes (-o NAME is set by then)
         self.on_outcome: list[Callable[[Run], None]] = []
         self.record_key: str | None = None   # its record's key (--track): each tracker's run is found by it
-        self.driver: Callable[[], Any] | None = None   # a weak reference to what drives it (runs.scheduling's
-        # ScheduledRun: its view's latest frame, its record), for the runs panel; gone with the driver
+        self.driver: Callable[[], Any] | None = None   # a weak reference to what drives it (driver.RunDriver: its
+        # view's latest frame, its record), for the runs panel; gone with the driver
 
     # -- what the notebook asks ----------------------------------------------------------------------
     @property

@@ -48,14 +48,16 @@ class Supervisor:
 
     broken: str | None = None        # why the ranks had to be killed and cannot take another cell (kept ranks)
     names: list[str] | None = None   # the global names rank 0's own code defined (kept ranks)
-    tap: Callable[[Inbound], None] | None = None  # the run's recorder (--track, --profile): its ranks' reports
-    listener: Callable[[Inbound], None] | None = None  # a sweep's judge: each report as it arrives (never raises)
     held_stop: Inbound | None = None  # a sweep's early stop that came after every rank's last step (moot so far)
 
     def __init__(self, state: RunState, server: ChannelServer, launcher: Launcher, view: RunView,
-                 inbox: queue.SimpleQueue[Inbound], deadline: float | None) -> None:
+                 inbox: queue.SimpleQueue[Inbound], deadline: float | None, *,
+                 tap: Callable[[Inbound], None] | None = None,
+                 listener: Callable[[Inbound], None] | None = None) -> None:
         self.state, self.server, self.launcher, self.view = state, server, launcher, view
         self.inbox, self.deadline = inbox, deadline
+        self.tap = tap            # the run's recorder (--track, --profile): its ranks' reports
+        self.listener = listener  # a sweep's judge: each report as it arrives (never raises)
         self.values: dict[int, Any] = {}
         self.stop_at: float | None = None
         self.first_failure_at: float | None = None

@@ -17,8 +17,7 @@ from ...core.space import Choice, Space, describe_space
 from ...launchers.limits import check_background
 from ...rank.sweep_params import WithGlobals
 from ..runs.registry import background_going
-from ..runs.launch import Work, prepare_background
-from ..runs.scheduling import ScheduledRun
+from ..runs.driver import RunDriver, Work, prepare_background
 from .search import make_search
 from .study import ENDED_FOR_GOOD, Member, StudyStore, commit_folder, open_study, storable
 from .sweep import Sweep
@@ -49,15 +48,14 @@ def start_sweep(make_work: Callable[[dict[str, Any]], Work], options: RunOptions
         sweep.recorder = parent = sweep_recorder(options, title)
         tag = secrets.token_hex(3)
 
-        def make(member: Member) -> ScheduledRun:
+        def make(member: Member) -> RunDriver:
             """A member's run, queued: its parameters, and its own commit folder (under --checkpoint-dir, or beside
             the study when its ranks share this machine), so a member run again resumes from its last commit."""
             folder = commit_folder(options.study, options.checkpoint_dir, member.number, tag)
             mine = replace(member_options, checkpoint_dir=folder) if options.checkpoint_dir is not None else \
                 member_options
-            d = prepare_background(make_work(member.params), mine, sweep.members, member.params, parent)
-            d.commits = folder if options.checkpoint_dir is None else None
-            return d
+            return prepare_background(make_work(member.params), mine, sweep.members, member.params, parent,
+                                      commits=folder if options.checkpoint_dir is None else None)
 
         sweep.begin(make, past, again, drawn)
     except BaseException:

@@ -27,7 +27,7 @@ from ...core.options import RunOptions
 from ...launchers import backend_for
 from ..handle import Handle
 from ..runs.run import ENDED, Run
-from ..runs.scheduling import ScheduledRun, start_on_thread
+from ..runs.driver import RunDriver, start_on_thread
 from .search import Ask, Search
 from .study import BEAT_S, Member, StudyStore
 from .judge import Judge
@@ -36,7 +36,7 @@ from .comparison import SweepFacts, best_member, results_rows, sweep_snapshot
 __all__ = ["Sweep", "MakeRun"]
 
 FRAME_S: Final = 0.25   # the comparison view is redrawn at most this often
-MakeRun = Callable[[Member], ScheduledRun]   # a member (its number and parameters) -> its queued run
+MakeRun = Callable[[Member], RunDriver]   # a member (its number and parameters) -> its queued run
 
 
 class _Members:
@@ -85,7 +85,7 @@ class Sweep(Handle):
         self._view = view
         self._make: MakeRun = _not_begun
         self._cv = threading.Condition()
-        self._pending: list[tuple[Member, ScheduledRun | None]] = []
+        self._pending: list[tuple[Member, RunDriver | None]] = []
         self._numbers = 0   # the highest member number so far (with a study, the file gives the numbers out)
         self._drawn = 0     # members drawn, by this sweep or (a study) by earlier kernels
         self._beat = 0.0
@@ -220,7 +220,7 @@ class Sweep(Handle):
             self._adopt(member, d)
         self._pending.append((member, d))
 
-    def _adopt(self, member: Member, d: ScheduledRun) -> None:
+    def _adopt(self, member: Member, d: RunDriver) -> None:
         d.run.sweep = self
         d.listener = functools.partial(self._on_report, member, d.run)
         self.member[d.run.id] = member
@@ -311,7 +311,7 @@ class Sweep(Handle):
                 start_on_thread(d, on_end=self._one_ended)
         self._dirty = True
 
-    def _next(self) -> tuple[Member, ScheduledRun] | None:
+    def _next(self) -> tuple[Member, RunDriver] | None:
         """The next member to start: a queued one, else (Optuna's) one asked for now."""
         while self._pending:
             member, d = self._pending.pop(0)
@@ -368,7 +368,7 @@ class Sweep(Handle):
                 pass  # a full disk loses the record, never the run
 
 
-def _not_begun(member: Member) -> ScheduledRun:
+def _not_begun(member: Member) -> RunDriver:
     raise RuntimeError("Sweep.begin() makes the members' runs")
 
 
