@@ -23,7 +23,7 @@ from .kernel.runs.registry import runs
 from .kernel.sweeps.sweep import Sweep
 from .kernel.kept.ranks import KeptInfo, Ranks
 from .kernel.magics.kept import kept
-from .kernel.runs.result import RunResult
+from .kernel.runs.run import RunResult
 from .kernel.runs.driver import last_run
 from .kernel.compat.torch_distributor import TorchDistributor
 from .kernel.compat.deepspeed_distributor import DeepspeedTorchDistributor

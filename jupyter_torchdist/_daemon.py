@@ -29,11 +29,11 @@ import os
 import signal
 import sys
 
-from jupyter_torchdist.launchers.session.daemon_path import installed_copies_off_path  # imports no pyspark
+from jupyter_torchdist.launchers.session.daemon import installed_copies_off_path  # imports no pyspark
 
 installed_copies_off_path(sys.path, "pyspark" in sys.modules)
 
-from jupyter_torchdist.launchers.session.pages import give_back_file_pages  # noqa: E402
+from jupyter_torchdist.launchers.session.daemon import give_back_file_pages  # noqa: E402
 from jupyter_torchdist.rank.agent import preload  # noqa: E402
 
 preload()

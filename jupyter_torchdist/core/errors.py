@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
-from ._groups import group_texts
+from .brief import group_texts
 
 __all__ = [
     "RankFailure", "DistributeError", "OptionsError", "LaunchError", "CaptureError", "RunError",

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..core import contract as C
-from ..core._pickle import dumps
+from ..core.travel import dumps
 from . import DataError
 from .frame_handles import DataFrameHandle
 

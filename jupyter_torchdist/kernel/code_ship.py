@@ -36,7 +36,7 @@ from importlib import metadata
 from ..core.code_folder import FileEntry, identity, list_files, stat_key
 from ..core.contract.code import Bundle, CodeShip, NeededImport, PipSet
 from ..core.errors import LaunchError
-from ..core._units import human_bytes
+from ..core.brief import human_bytes
 from ..core.options import RunOptions
 from .pickling import imports_in_source
 

@@ -129,7 +129,7 @@ def check_front_end() -> list[Finding]:
 def check_executors(session: Any) -> list[Finding]:
     """One task per executor slot: each executor's Python against the kernel's, and whether it reaches this machine
     at the address the live channel listens on (the session's spark.driver.host)."""
-    from ..core._versions import local_versions
+    from ..core.travel import local_versions
     from ..launchers.session.executors import executor_facts
 
     try:

@@ -8,7 +8,7 @@ from ..core.space import check_space
 from ..core.options import RunOptions
 from ..core.track_options import AUTO_WINDOW, default_trackers, parse_trackers, parse_window
 from ..views import NullView, RunView
-from .runs.result import RunResult
+from .runs.run import RunResult
 from .runs.driver import Work, launch, launch_background
 from .sweeps.sweep import Sweep
 from .sweeps.start import sweep_function

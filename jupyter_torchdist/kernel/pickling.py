@@ -9,8 +9,8 @@ import types
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ..core._pickle import Pickler, dumps
-from ..core._units import human_bytes
+from ..core.travel import Pickler, dumps
+from ..core.brief import human_bytes
 from ..data.frame_handles import reduce_dataframe
 from ..core.errors import CaptureError
 

@@ -12,14 +12,10 @@ from typing import Any
 from ..core.options import RunOptions
 from .base import Capacity, DataPlane, Launcher
 from .interrupts import guard_interrupts
-from .registry import Backend, backend_for, backends, register, unregister
+from .base import Backend, backend_for, backends, register, unregister
 
 __all__ = ["Launcher", "Capacity", "DataPlane", "Backend", "register", "unregister", "backends", "backend_for",
-           "launcher_for", "data_plane", "on_load", "on_unload", "guard_interrupts", "may_use_spark"]
-
-
-def _local(options: RunOptions) -> bool:
-    return options.local
+           "launcher_for", "data_plane", "on_load", "on_unload", "guard_interrupts", "may_use_spark", "stand_in"]
 
 
 def _connect(options: RunOptions) -> bool:
@@ -28,21 +24,24 @@ def _connect(options: RunOptions) -> bool:
     return not options.local and connect_session() is not None
 
 
-def _warming(options: RunOptions) -> bool:
-    from .session.embedded import warming  # imports nothing heavy; pyspark only if it is loaded already
-
-    return not (options.local or options.spark_tasks) and warming() and not _connect(options)
-
-
-def _no_java(options: RunOptions) -> bool:
+def stand_in(options: RunOptions) -> str | None:
+    """Why a run that would use the embedded Spark session runs as local processes instead: ``"no-java"`` (no Java
+    here for Spark, every time) or ``"warming"`` (the session is still starting); None when it does not (it asked
+    for ``--local``, it must be Spark tasks, the notebook has a Connect session, or the embedded session is up).
+    The local launcher says which in its label (``local.STAND_IN_LABELS``)."""
+    if options.local or options.spark_tasks or _connect(options):
+        return None
     from .session.autostart import java_available
 
-    return not (options.local or options.spark_tasks) and not java_available() and not _connect(options)
+    if not java_available():
+        return "no-java"
+    from .session.embedded import warming  # imports nothing heavy; pyspark only if it is loaded already
+
+    return "warming" if warming() else None
 
 
-register("local", "jupyter_torchdist.launchers.local:LocalLauncher", _local, priority=100)
-register("no-java", "jupyter_torchdist.launchers.nojava:NoJavaLauncher", _no_java, priority=60)
-register("warming", "jupyter_torchdist.launchers.warming:WarmingLauncher", _warming, priority=50)
+register("local", "jupyter_torchdist.launchers.local:LocalLauncher",
+         lambda options: options.local or stand_in(options) is not None, priority=100)
 register("connect", "jupyter_torchdist.launchers.connect:ConnectLauncher", _connect, priority=0)
 register("spark", "jupyter_torchdist.launchers.spark:SparkLauncher", lambda options: True, priority=-100)
 

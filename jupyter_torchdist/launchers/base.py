@@ -8,6 +8,7 @@ file under ``launchers/`` with a subclass of ``Launcher``, registered in ``launc
 from __future__ import annotations
 
 import abc
+import importlib
 import queue
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,7 +17,7 @@ from typing import Any, ClassVar, Protocol
 from ..core.contract import Inbound, LaunchInfo, RunPlan
 from ..core.options import RunOptions
 
-__all__ = ["Launcher", "Capacity", "DataPlane"]
+__all__ = ["Launcher", "Capacity", "DataPlane", "Backend", "register", "unregister", "backend_for", "backends"]
 
 
 @dataclass(frozen=True)
@@ -98,3 +99,52 @@ class DataPlane(Protocol):
         """A function running one piece's data task over ``source``, returning its status row. ``make_producer``
         makes the mapInArrow function: given a piece (it is in the function), or None (the piece is read from
         the job's local property ``piece_property``, for sessions that have them)."""
+
+
+# -- which backend runs a run ------------------------------------------------------------------------------------------
+# Which backend runs a run: chosen once, from what the session is and what the user asked for.
+#
+# Backends are registered by name with a ``claims(options)`` test, in priority order; the first that
+# claims a run gets it. A backend's module is imported only when it is chosen, so registering Spark
+# does not import pyspark.
+@dataclass(frozen=True)
+class Backend:
+    name: str
+    target: str | type[Launcher]            # the class, or "package.module:Class" to import it only when chosen
+    claims: Callable[[RunOptions], bool]    # does this backend take this run?
+    priority: int = 0                       # higher first; the fallback has the lowest
+
+    def launcher(self) -> Launcher:
+        cls: object = self.target
+        if isinstance(self.target, str):
+            module, _, attr = self.target.partition(":")
+            cls = getattr(importlib.import_module(module), attr)
+        if not (isinstance(cls, type) and issubclass(cls, Launcher)):
+            raise TypeError(f"backend {self.name!r}: {self.target} is not a Launcher subclass")
+        return cls()
+
+
+_backends: list[Backend] = []
+
+
+def register(name: str, target: str | type[Launcher], claims: Callable[[RunOptions], bool], *,
+             priority: int = 0) -> None:
+    """Add (or replace) a backend. ``claims`` must be cheap and must not start anything."""
+    unregister(name)
+    _backends.append(Backend(name, target, claims, priority))
+    _backends.sort(key=lambda b: -b.priority)
+
+
+def unregister(name: str) -> None:
+    _backends[:] = [b for b in _backends if b.name != name]
+
+
+def backends() -> tuple[Backend, ...]:
+    return tuple(_backends)
+
+
+def backend_for(options: RunOptions) -> Backend:
+    for backend in _backends:
+        if backend.claims(options):
+            return backend
+    raise LookupError(f"no launcher backend takes this run (registered: {[b.name for b in _backends]})")

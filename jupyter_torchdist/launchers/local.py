@@ -1,6 +1,19 @@
 """The --local backend: N ranks as processes on the kernel's machine. No Spark; pyspark is never imported.
 
 Ranks are forked by the per-kernel process server (``local_server``), which imported torch once.
+
+It also stands in for the embedded Spark session (``launchers.stand_in``), under a label that says why:
+
+- **while the session starts.** ``%load_ext`` starts two things in the background: the local process server (a
+  Python that imports torch, about 2 seconds) and then the embedded Spark session (a JVM, its services and Python
+  workers: 10 seconds and more on a laptop). Without a session of its own, a notebook's ranks run on this machine
+  either way; a cell run before the JVM is up (Run All, a student who types fast) need not wait for it. Once the
+  session is up, runs go to it as usual. Runs that must be Spark tasks (``TorchDistributor(local_mode=False)``,
+  ``horovod.spark.run``) wait for it.
+- **with no Java here.** Spark needs a Java runtime; a laptop or a hosted notebook often has none. Rather than a
+  first cell that works (while a JVM that cannot start is "starting") and a later one that fails, every run without
+  a session of the notebook's own goes to local processes, and the first one says once why and what installing
+  Java adds. Runs that must be Spark tasks still say that Spark needs Java.
 """
 from __future__ import annotations
 
@@ -8,7 +21,7 @@ import os
 import queue
 import sys
 import threading
-from typing import Any
+from typing import Any, Final
 
 from ..core import contract as C
 from ..channel.tls import tls_requested
@@ -19,7 +32,18 @@ from .limits import check_ranks
 from .base import Capacity, Launcher
 from .local_server import Zygote, get_zygote
 
-__all__ = ["LocalLauncher"]
+__all__ = ["LocalLauncher", "STAND_IN_LABELS", "NO_JAVA_NOTICE"]
+
+STAND_IN_LABELS: Final = {"warming": "local processes (the embedded Spark session is still starting)",
+                          "no-java": "local processes (no Java here for Spark)"}
+NO_JAVA_NOTICE: Final = ("no Java found (no java on PATH, JAVA_HOME not set): runs use local processes on this "
+                         "machine, as with --local. Installing Java 17 or newer adds Spark tasks (clusters, "
+                         "TorchDistributor(local_mode=False)) and Spark DataFrames through "
+                         "jupyter_torchdist.batches().")
+
+
+class _Said:
+    no_java = False  # the notice goes with the first such run only
 
 
 def _kernel_context() -> dict[str, Any]:
@@ -30,22 +54,28 @@ class LocalLauncher(Launcher):
     """N ranks on this machine, forked from the zygote; same contract as the Spark backend."""
 
     name = "local"
-    label = "local"
 
     def __init__(self) -> None:
         self._gpus: list[str] | None = None
         self._key: str | None = None
         self._zygote: Zygote | None = None
+        self.stands_in: str | None = None  # for the embedded session: "warming", "no-java" (None: --local)
 
     def prepare(self, options: RunOptions) -> LaunchInfo:
+        from . import stand_in
+
         check_ranks("local_ranks", options.n)
+        self.stands_in = stand_in(options)
         self._gpus = None
         if options.gpu:
             self._gpus = require_local_gpus(options.n, options.gpus)
+        warnings: tuple[str, ...] = ()
+        if self.stands_in == "no-java" and not _Said.no_java:
+            _Said.no_java, warnings = True, (NO_JAVA_NOTICE,)
         # loopback only, so TLS matters little here; honoured all the same when the environment asks for it
-        return LaunchInfo(label=self.label, channel_host="127.0.0.1", loopback=True,
-                          channel_tls=tls_requested(lambda key: None), watcher="the local agent process",
-                          lost_hint="The kernel's stderr may say why.")
+        return LaunchInfo(label=STAND_IN_LABELS.get(self.stands_in or "", "local"), channel_host="127.0.0.1",
+                          loopback=True, channel_tls=tls_requested(lambda key: None), warnings=warnings,
+                          watcher="the local agent process", lost_hint="The kernel's stderr may say why.")
 
     def start(self, plan: RunPlan, inbox: queue.SimpleQueue[Inbound]) -> None:
         key = self._key = plan.run_id
@@ -70,7 +100,7 @@ class LocalLauncher(Launcher):
                 finish("; ".join(bad) + " (see the kernel's stderr)" if bad else None)
 
         zygote = self._zygote = get_zygote()
-        zygote.asked = zygote.asked or self.name == "local"
+        zygote.asked = zygote.asked or self.stands_in is None  # an explicit --local run: kept when idle
         if not zygote.register(key, on_event):
             finish(zygote.dead)
             return

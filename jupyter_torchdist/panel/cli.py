@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import Any, Final, TextIO
 
 from ..views.style import duration, progress, rate
-from ..views.table import text_table
+from ..views.report_text import text_table
 from .asks import ask, wait_taken
 from .folder import RegistryError, registry_dir
 from .listing import find, going, list_runs

@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from ..core import contract as C
-from ..core.thinning import evenly
+from ..core.brief import evenly
 from ..channel import protocol as P
 from ..channel.handshake import Stream
 

@@ -17,7 +17,8 @@ import pickle
 import signal
 import sys
 import traceback
-from typing import Any, Callable, NoReturn
+from typing import Any
+from typing import Callable, NoReturn
 
 __all__ = ["RankProcess", "fork_rank", "set_parent_death_signal", "describe_status", "cuda_touched", "spawn_rank",
            "child_runs"]
@@ -135,7 +136,7 @@ def spawn_rank(args: tuple[Any, ...]) -> RankProcess:
     plan, its secret among them) go through a pipe on its stdin, never its command line."""
     read_fd, write_fd = os.pipe()
     try:
-        pid = os.posix_spawn(sys.executable, [sys.executable, "-m", "jupyter_torchdist.rank.spawned"], os.environ,
+        pid = os.posix_spawn(sys.executable, [sys.executable, "-m", "jupyter_torchdist.rank.forking"], os.environ,
                              file_actions=[(os.POSIX_SPAWN_DUP2, read_fd, 0)], setpgroup=0)
     finally:
         os.close(read_fd)
@@ -146,3 +147,30 @@ def spawn_rank(args: tuple[Any, ...]) -> RankProcess:
     except BrokenPipeError:
         pass  # the child died before reading: its exit says so
     return child
+
+
+# -- a rank in a fresh Python ------------------------------------------------------------------------------------------
+# A rank in a fresh Python (``forking.spawn_rank``): read its arguments from stdin, then run it as a forked one.
+#
+# Used where the parent cannot fork a rank that uses the GPU: a Spark Python worker that initialised CUDA for an
+# earlier task. The child arms the parent-death signal first and ends with ``os._exit``, as ``forking.fork_rank``'s do.
+def main() -> None:
+    try:
+        parent, args = pickle.load(sys.stdin.buffer)
+    except BaseException:
+        traceback.print_exc()
+        os._exit(70)
+
+    def body(args: tuple[Any, ...] = args) -> int:
+        fd = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(fd, 0)  # the pipe is spent; the rank's stdin is nothing, as a Spark task's is
+        os.close(fd)
+        from .main import rank_main
+
+        return rank_main(*args)
+
+    child_runs(parent, body)
+
+
+if __name__ == "__main__":
+    main()

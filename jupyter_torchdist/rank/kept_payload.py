@@ -5,13 +5,14 @@ Light on purpose (no torch, no channel): the kernel imports it to build ``KeptCe
 from __future__ import annotations
 
 import ast
+import subprocess
 import types
 from dataclasses import dataclass, field
 from typing import Any
 
 import cloudpickle
 
-__all__ = ["KeptCell", "KeptPostMortem", "Namespace", "run_job", "compile_kept"]
+__all__ = ["KeptCell", "KeptPostMortem", "Namespace", "run_job", "compile_kept", "get_ipython", "RankShell"]
 
 _VALUE = "__jtd_cell_value__"
 
@@ -60,8 +61,6 @@ class Namespace:
     """A rank's globals across kept cells, and which of them came from the notebook rather than the rank."""
 
     def __init__(self) -> None:
-        from .shell import get_ipython
-
         self.globals: dict[str, Any] = {"__name__": "__main__", "__builtins__": __builtins__,
                                         "get_ipython": get_ipython}
         self._shipped: dict[str, int] = {}  # name -> id of the notebook value we set it to
@@ -85,3 +84,49 @@ def run_job(payload: bytes, ns: Namespace) -> Any:
     any other function (``Ranks.run``) is called with its arguments."""
     fn, args, kwargs = cloudpickle.loads(payload)
     return fn(ns) if isinstance(fn, KeptCell) else fn(*args, **kwargs)
+
+
+# -- get_ipython() on a rank -------------------------------------------------------------------------------------------
+# ``get_ipython()`` on a rank: what IPython-transformed cell code calls (``!cmd``, ``x = !cmd``, magics).
+#
+# The kernel's shell cannot travel to the ranks, so cells that use IPython syntax get this one instead:
+# shell commands run on the rank's host (their output is captured like any other), and line or cell
+# magics run in a real IPython shell created on first use.
+class RankShell:
+    _real: Any = None
+
+    def system(self, cmd: str) -> int:
+        """``!cmd``: run it in a shell; its output goes to this rank's captured stdout/stderr."""
+        return subprocess.call(cmd, shell=True)
+
+    def getoutput(self, cmd: str, split: bool = True, depth: int = 0) -> Any:
+        """``x = !cmd``: the command's output lines."""
+        out = subprocess.run(cmd, shell=True, capture_output=True, text=True).stdout
+        if not split:
+            return out
+        from IPython.utils.text import SList
+
+        return SList(out.splitlines())
+
+    def _shell(self) -> Any:
+        if RankShell._real is None:
+            from IPython.core.interactiveshell import InteractiveShell
+
+            RankShell._real = InteractiveShell.instance()
+        return RankShell._real
+
+    def run_line_magic(self, name: str, line: str, _stack_depth: int = 1) -> Any:
+        return self._shell().run_line_magic(name, line)
+
+    def run_cell_magic(self, name: str, line: str, cell: str) -> Any:
+        return self._shell().run_cell_magic(name, line, cell)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._shell(), name)
+
+
+_shell = RankShell()
+
+
+def get_ipython() -> RankShell:
+    return _shell

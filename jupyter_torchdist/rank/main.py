@@ -19,8 +19,8 @@ from typing import Any
 import cloudpickle
 
 from ..core import contract as C
-from ..core._sources import register_source
-from ..core._versions import unfit
+from ..core.travel import register_source
+from ..core.travel import unfit
 from ..core.gpus import cuda_unfit
 from ..channel import protocol as P
 from ..channel.handshake import connect
@@ -34,7 +34,6 @@ from .checkpoint import flush as flush_commits
 from .client import RankClient
 from .code_setup import CodeSetup, CodeSetupError, fetcher, refresh, set_up
 from .group import cpu_group, init_group, rendezvous, set_env
-from .kept import serve_cells
 from .kept_payload import Namespace, run_job
 from .link import KernelLink
 from .profiler import StepProfiler
@@ -42,7 +41,7 @@ from .runtime import RankRuntime, current, install
 from .resource_sampler import UsageSampler
 from .values import final_message
 
-__all__ = ["rank_main", "run_payload"]
+__all__ = ["rank_main", "run_payload", "serve_cells"]
 
 
 def run_payload(payload: bytes, filename: str, source: str) -> tuple[str, Any]:
@@ -301,3 +300,45 @@ def _rank_body(plan: RunPlan, rank: int, gpu_address: str | None, sock: Any, cod
     # No destroy_process_group: the process ends with os._exit right after this (forking.fork_rank), which
     # frees the group without the GIL deadlock a Python-side destroy can hit, and 10-20 ms sooner.
     return 0 if final["t"] == C.RESULT else 1
+
+
+# -- kept ranks: the next cell, in the same namespace ------------------------------------------------------------------
+# Kept ranks: after the first cell, a rank waits for the next one and runs it in the same namespace.
+#
+# A kept cell runs like a notebook cell: module-level code in the rank's own globals, so ``model``,
+# ``opt`` and ``step`` assigned in one cell are there in the next; a trailing expression is the value.
+# The kernel ships the notebook values a cell reads that the rank does not define; names the rank's own
+# code defined win (``Namespace.take``). The process group stays up between cells.
+#
+# An interrupt (``INTERRUPT`` to the agent, which sends SIGINT) raises ``KeyboardInterrupt`` in the cell's
+# Python code only; between cells it is ignored, so a late one cannot kill the loop.
+class _Interruptible:
+    """SIGINT raises KeyboardInterrupt while a cell runs, and is ignored between cells."""
+
+    running = False
+
+    def __init__(self) -> None:
+        signal.signal(signal.SIGINT, self._on_sigint)
+
+    def _on_sigint(self, signum: int, frame: Any) -> None:
+        if self.running:
+            raise KeyboardInterrupt
+
+
+def serve_cells(first: C.CellMsg, link: KernelLink, client: RankClient, rank: int,
+                run_cell: Callable[[C.CellMsg, Namespace, _Interruptible], C.FinalMessage]) -> int:
+    """Run ``first``, then every cell the kernel sends, until it closes the channel. Returns the exit code.
+
+    ``run_cell(cell_msg, namespace, guard)`` runs one cell and returns its final message.
+    """
+    ns, guard = Namespace(), _Interruptible()
+    cell: C.CellMsg | None = first
+    while cell is not None:
+        final = run_cell(cell, ns, guard)
+        final["cell"] = cell["cell"]
+        if rank == 0 and final["t"] == C.RESULT:
+            final["names"] = sorted(ns.own_names())
+        client.send_final([final])
+        register_source(cell["filename"], cell["source"])  # keep tracebacks of earlier cells readable
+        cell = link.next_cell()
+    return 0

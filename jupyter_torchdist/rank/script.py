@@ -7,17 +7,20 @@ otherwise from copies shipped with the script, so a cluster executor needs no co
 """
 from __future__ import annotations
 
+import dataclasses
 import importlib.abc
 import importlib.machinery
 import os
 import sys
+import tempfile
 import types
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from dataclasses import field
 from typing import Any
 
-from ..core._sources import register_source
+from ..core.travel import register_source
 
-__all__ = ["Script"]
+__all__ = ["Script", "WithConfigFile"]
 
 
 class _Shipped(importlib.abc.MetaPathFinder, importlib.abc.Loader):
@@ -83,3 +86,27 @@ class Script:
                 sys.modules["__main__"] = saved[3]
 
 
+# -- a configuration file written on the rank's host -------------------------------------------------------------------
+# A script run with a configuration file written on the rank's own host (DeepSpeed's ``--deepspeed_config``).
+#
+# A configuration the notebook gives as a dict travels with the run as text; each rank writes it to a file of its
+# own before the script starts, so the path the script reads exists wherever the rank runs (a cluster's executor
+# has no copy of a temporary file on the kernel's machine, which is what a path written there would name).
+@dataclass(frozen=True)
+class WithConfigFile:
+    """``python path args... FLAG <file>``, ``<file>`` holding ``text``; removed when the script ends."""
+    script: Script
+    flag: str
+    text: str
+
+    def __call__(self) -> None:
+        fd, path = tempfile.mkstemp(prefix="deepspeed-config-", suffix=".json")
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(self.text)
+        try:
+            dataclasses.replace(self.script, args=(*self.script.args, self.flag, path))()
+        finally:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass

@@ -8,8 +8,8 @@ import traceback
 from typing import Any
 
 from ..core import contract as C
-from ..core._pickle import Pickler, dumps
-from ..core._units import human_bytes
+from ..core.travel import Pickler, dumps
+from ..core.brief import human_bytes
 
 __all__ = ["dumps_value", "final_message", "summary", "user_traceback"]
 

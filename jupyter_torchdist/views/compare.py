@@ -12,7 +12,7 @@ from typing import Any, Final
 
 from .effects import effects_html
 from .style import DASH, colour, duration, finite, fmt_metric, state_words, tally_counts
-from .table import text_table
+from .report_text import text_table
 
 __all__ = ["SWEEP_MIME", "SweepReport", "sweep_bundle", "sweep_text", "sweep_html", "SweepView", "state_text",
            "BEST_MARK", "ENDED"]

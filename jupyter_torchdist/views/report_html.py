@@ -13,13 +13,14 @@ from .chart import svg_chart
 from .schema import RankSnapshot, RunErrorSnapshot, RunSnapshot
 from .style import (DASH, ECHOES_FROM, KIND_LABELS, clip, colour, duration, exit_text, metrics_text, progress, rate,
                     status_label, tally, where)
-from .profile import profile_html
-from .places_text import frame_line, has_places, stacks_title
-from .summary_html import groups_html, summary_html
+from .report_text import profile_html
+from .report_text import frame_line, has_places, stacks_title
 from .trim import trim_snapshot
 from .usage_words import data_line, input_bound, usage_cells, usage_columns
+from .schema import GroupSnapshot, SummarySnapshot
+from .style import tally_counts
 
-__all__ = ["report_html", "html_of"]
+__all__ = ["report_html", "html_of", "summary_html", "groups_html"]
 
 _MONO: Final = "ui-monospace,SFMono-Regular,Menlo,Consolas,monospace"
 _PRE: Final = (f"margin:0;padding:6px 8px;font-family:{_MONO};font-size:12px;line-height:1.4;"
@@ -206,3 +207,46 @@ def _stacks(snap: RunSnapshot) -> str:
     opened = " open" if snap["stall"] or snap["status"] in ("timeout", "interrupted") else ""
     return (f'<details class="jtd-stacks" style="margin-top:8px"{opened}><summary style="cursor:pointer;color:#888">'
             f'{_e(stacks_title(snap).capitalize())}</summary>{"".join(items)}</details>')
+
+
+# -- a many-rank run's summary as HTML ---------------------------------------------------------------------------------
+# A many-rank run's summary as self-contained HTML (the report's fallback, ``report_html``): counts by state, each
+# measure's quantiles, the ranks worth a look and where the ranks wait, grouped. The extension draws the same from
+# ``labextension/src/summary.ts``, with the paged table of every rank.
+_QTH: Final = "text-align:right;padding:3px 8px;font-size:11px;color:#888;text-transform:uppercase"
+_QTD: Final = "text-align:right;padding:2px 8px;border-top:1px solid #8883;font-variant-numeric:tabular-nums"
+
+
+def _number(x: float) -> str:
+    return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.4g}"
+
+
+def _quantiles(summary: SummarySnapshot) -> str:
+    head = "".join(f'<th style="{_QTH}">{h}</th>' for h in ("", "min", "25%", "median", "75%", "max", "ranks"))
+    rows = "".join(f'<tr><td style="{_QTD};text-align:left;font-weight:600">{_e(q["name"])}</td>'
+                   + "".join(f'<td style="{_QTD}">{_e(_number(v))}</td>' for v in q["q"])
+                   + f'<td style="{_QTD}">{q["n"]:,}</td></tr>' for q in summary["quantiles"])
+    return f'<table style="border-collapse:collapse;font-size:12px"><thead><tr>{head}</tr></thead>{rows}</table>'
+
+
+def groups_html(title: str, groups: list[GroupSnapshot]) -> str:
+    """Ranks that say the same thing, a line per group: how many, the first few, what they say."""
+    items = "".join(f'<li><strong>{g["ranks"]:,} rank{"s" if g["ranks"] != 1 else ""}</strong> '
+                    f'({_e(", ".join(map(str, g["sample"])))}{", ..." if g["ranks"] > len(g["sample"]) else ""}): '
+                    f'{_e(g["summary"])}</li>' for g in groups)
+    return f'<div style="margin-top:6px"><strong>{_e(title)}</strong><ul style="margin:2px 0">{items}</ul></div>'
+
+
+def summary_html(summary: SummarySnapshot) -> str:
+    counts = tally_counts(summary["counts"])
+    out = [f'<div class="jtd-summary" style="margin-top:8px"><div style="color:#888;font-size:12px">ranks: '
+           f'{_e(counts)} · {len(summary["hosts"]):,} hosts</div>', _quantiles(summary)]
+    if summary["outliers"]:
+        items = "".join(f'<li><strong>rank {o["rank"]}</strong> on {_e(o["host"])}: <span style="color:'
+                        f'{colour("failed") if o["why"] == "failed" else "inherit"}">{_e(o["why"])}</span> '
+                        f'({_e(o["detail"])})</li>' for o in summary["outliers"])
+        out.append(f'<div style="margin-top:6px"><strong>Ranks worth a look</strong><ul style="margin:2px 0">'
+                   f'{items}</ul></div>')
+    if summary["places"]:
+        out.append(groups_html("Where the ranks are", summary["places"]))
+    return "".join(out) + "</div>"

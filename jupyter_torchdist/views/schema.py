@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Final, TypedDict
 
-from ..core._groups import TextGroup as GroupSnapshot  # ranks that say the same thing: summary, ranks, sample
+from ..core.brief import TextGroup as GroupSnapshot  # ranks that say the same thing: summary, ranks, sample
 
 __all__ = ["SCHEMA_VERSION", "LOSS_KEYS", "RankSnapshot", "RunSnapshot", "RunErrorSnapshot",
            "SecondarySnapshot", "UsageSnapshot", "DataSnapshot", "FrameSnapshot", "PlaceSnapshot",

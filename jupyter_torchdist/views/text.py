@@ -6,7 +6,7 @@ import time
 from typing import Any, TextIO
 
 from .report_text import report_text
-from .places_text import place_lines
+from .report_text import place_lines
 from .trim import trim_snapshot
 from .usage_words import data_line
 

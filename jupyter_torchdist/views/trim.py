@@ -11,8 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from ..core.thinning import evenly
-
+from ..core.brief import evenly
 from .schema import (SCHEMA_VERSION, TABLE_COLUMNS, DataSnapshot, FrameSnapshot, GroupSnapshot, HostGroupSnapshot,
                      OutlierSnapshot, PlaceSnapshot, QuantileSnapshot, RankSnapshot, RunErrorSnapshot, RunSnapshot,
                      SecondarySnapshot, SummarySnapshot, TableSnapshot, UsageSnapshot)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from ..core._units import human_bytes
+from ..core.brief import human_bytes
 from .schema import DataSnapshot
 from .style import DASH, finite
 

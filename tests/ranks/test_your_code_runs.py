@@ -4,7 +4,7 @@ cell, saying so. (Executors that cannot see the folder: tests/cluster/test_your_
 from __future__ import annotations
 
 import jupyter_torchdist as jt
-from jupyter_torchdist.kernel.kept.cell import kept_cell
+from jupyter_torchdist.kernel.cell import kept_cell
 from jupyter_torchdist.kernel.pickling import pack
 
 from ..support import helpers

@@ -78,7 +78,7 @@ def requested(options: RunOptions | None = None) -> bool:
 def enable() -> None:
     """Register the simulated backend above every other (tests and benchmarks only): from then on a run goes to
     simulated ranks whenever ``JUPYTER_TORCHDIST_SIMULATE`` is set in this process's environment."""
-    from jupyter_torchdist.launchers.registry import register
+    from jupyter_torchdist.launchers.base import register
 
     # Spark tasks cannot import the tests package: what they run of this module travels by value
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -86,7 +86,7 @@ def enable() -> None:
 
 
 def disable() -> None:
-    from jupyter_torchdist.launchers.registry import unregister
+    from jupyter_torchdist.launchers.base import unregister
 
     unregister("simulated")
 

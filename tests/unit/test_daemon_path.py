@@ -1,7 +1,7 @@
 """Spark's daemon drops the installed pyspark's own zips and jars from its path, and nothing else."""
 from __future__ import annotations
 
-from jupyter_torchdist.launchers.session.daemon_path import installed_copies_off_path
+from jupyter_torchdist.launchers.session.daemon import installed_copies_off_path
 
 
 def _tree(tmp_path):

@@ -9,11 +9,11 @@ import json
 import pytest
 
 from jupyter_torchdist import DeepspeedTorchDistributor
-from jupyter_torchdist.core._versions import local_versions, unfit
+from jupyter_torchdist.core.travel import local_versions, unfit
 from jupyter_torchdist.core.errors import LaunchError
 from jupyter_torchdist.kernel.compat import deepspeed_distributor as dd
 from jupyter_torchdist.kernel.compat import torch_distributor as td
-from jupyter_torchdist.rank.config_file import WithConfigFile
+from jupyter_torchdist.rank.script import WithConfigFile
 from jupyter_torchdist.rank.script import Script
 
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import socket
 
-from jupyter_torchdist.core import _versions
+from jupyter_torchdist.core import travel as _versions
 from jupyter_torchdist.kernel.state.rank import RankState
 from jupyter_torchdist.launchers.spark_jobs import explain_worker_python
-from jupyter_torchdist.rank import interfaces
+from jupyter_torchdist.rank import group as interfaces
 
 
 def test_versions_compare_python_and_packages_and_say_what_differs():

@@ -7,7 +7,7 @@ import cloudpickle
 import pytest
 
 from jupyter_torchdist.kernel.cell import CellSyntaxError
-from jupyter_torchdist.kernel.kept.cell import kept_cell
+from jupyter_torchdist.kernel.cell import kept_cell
 from jupyter_torchdist.rank.kept_payload import KeptCell, Namespace, run_job
 
 

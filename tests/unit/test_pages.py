@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 
-from jupyter_torchdist.launchers.session.pages import _file_ranges
+from jupyter_torchdist.launchers.session.daemon import _file_ranges
 from jupyter_torchdist.launchers.session.idle_release import _catches
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="madvise(MADV_PAGEOUT) is Linux's")
@@ -21,7 +21,7 @@ def test_file_backed_pages_a_process_alone_maps_are_given_back(tmp_path):
     data.write_bytes(os.urandom(32 << 20))
     code = textwrap.dedent(f"""
         import mmap
-        from jupyter_torchdist.launchers.session.pages import give_back_file_pages
+        from jupyter_torchdist.launchers.session.daemon import give_back_file_pages
         def rss_file():
             return next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("RssFile:"))
         with open({str(data)!r}, "rb") as f:

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from jupyter_torchdist.core import contract as C
-from jupyter_torchdist.core._sources import register_source
+from jupyter_torchdist.core.travel import register_source
 from jupyter_torchdist.rank import collectives, debugger, runtime, places as where
 
 CELL = "Cell In[9]"

@@ -47,7 +47,7 @@ def test_progress_rate_metrics_and_loss_history():
 
 
 def test_a_results_loss_curve_is_what_the_rank_reported():
-    from jupyter_torchdist.kernel.runs.result import RunResult
+    from jupyter_torchdist.kernel.runs.run import RunResult
 
     st = _run(2)
     for i in range(3):

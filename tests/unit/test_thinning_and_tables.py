@@ -1,8 +1,8 @@
 """The one way curves and queues are thinned (core/thinning.py) and the one plain-text table (views/table.py)."""
 from __future__ import annotations
 
-from jupyter_torchdist.core.thinning import evenly
-from jupyter_torchdist.views.table import text_table
+from jupyter_torchdist.core.brief import evenly
+from jupyter_torchdist.views.report_text import text_table
 
 
 def test_thinning_keeps_the_first_and_the_newest_and_spreads_the_rest_evenly():

@@ -1,9 +1,9 @@
-"""Unit: which runs go to local processes while the embedded session starts (launchers.warming)."""
+"""Unit: which runs go to local processes while the embedded session starts (launchers.stand_in)."""
 from __future__ import annotations
 
 import threading
 
-from jupyter_torchdist.launchers import backend_for
+from jupyter_torchdist.launchers import backend_for, stand_in
 from jupyter_torchdist.launchers.session import embedded as spark_session
 from jupyter_torchdist.core.options import RunOptions
 
@@ -15,10 +15,11 @@ def test_only_runs_that_need_nothing_of_spark_go_local_and_only_while_it_starts(
     monkeypatch.setattr(spark_session, "_warm_thread", warm)
     monkeypatch.setattr(spark_session, "warming", spark_session.warming)
     try:
-        assert backend_for(RunOptions(n=2)).name == "warming"
-        assert backend_for(RunOptions(n=2, local=True)).name == "local"
-        assert backend_for(RunOptions(n=2, spark_tasks=True)).name != "warming"  # TorchDistributor on Spark waits
+        assert backend_for(RunOptions(n=2)).name == "local" and stand_in(RunOptions(n=2)) == "warming"
+        local = RunOptions(n=2, local=True)
+        assert backend_for(local).name == "local" and stand_in(local) is None
+        assert backend_for(RunOptions(n=2, spark_tasks=True)).name == "spark"  # TorchDistributor on Spark waits
     finally:
         release.set()
         warm.join()
-    assert backend_for(RunOptions(n=2)).name != "warming"  # the session is up (or failed): runs go to it
+    assert stand_in(RunOptions(n=2)) is None  # the session is up (or failed): runs go to it

@@ -28,7 +28,7 @@ from __future__ import annotations
 from .rank_messages import (COMMIT, CommitMsg, DATA_DONE, DATA_OPEN, DataDoneMsg, DataOpenMsg, DROPPED, DroppedMsg,
                             FAILED, FailedMsg, LOG, LogMsg, PROFILE, ProfileMsg, ProfileShares, PROGRESS,
                             ProgressMsg, RESULT, ResultMsg, STATE, StateMsg, Stream, USAGE, UsageMsg)
-from .agent_messages import AGENT_HELLO, AgentHelloMsg, BEAT, BeatMsg, EXIT, ExitMsg, HEARTBEAT_S
+from .rank_messages import AGENT_HELLO, AgentHelloMsg, BEAT, BeatMsg, EXIT, ExitMsg, HEARTBEAT_S
 from .kernel_messages import (CELL, CellMsg, DATA_ERROR, DATA_PLAN, DataErrorMsg, DataPlanMsg, INTERRUPT,
                               InterruptMsg, RELEASE, ReleaseMsg, STOP, StopMsg)
 from .notices import (CONNECTED, ConnectedMsg, DATA_STATUS, DataStatusMsg, DISCONNECTED, DisconnectedMsg,
@@ -36,7 +36,7 @@ from .notices import (CONNECTED, ConnectedMsg, DATA_STATUS, DataStatusMsg, DISCO
                       StoppedMsg, StopWantedMsg)
 from .debug import (FrameInfo, PDB, PDB_REPLY, PdbKind, PdbMsg, PdbReplyMsg, PLACE, PlaceMsg, WHERE, WHERE_WANTED,
                     WhereMsg, WhereWantedMsg)
-from .rendezvous import HELLO, HelloMsg, RENDEZVOUS, RendezvousMsg
+from .plan import HELLO, HelloMsg, RENDEZVOUS, RendezvousMsg
 from .plan import LaunchInfo, RunPlan, TLSPin
 from .code import BLOB, BlobMsg, Bundle, CodeShip, FETCH, FetchMsg, FilesMessage, NeededImport, PipSet
 from .unions import (AGENT, AGENT_SENDS, AgentMessage, BACKEND, BACKEND_SAYS, BackendMessage, CHANNEL_SAYS,

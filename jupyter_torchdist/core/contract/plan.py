@@ -3,10 +3,11 @@ when it checked a run could be placed (``LaunchInfo``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Final, Literal, TypedDict
 
 from .code import CodeShip
 
-__all__ = ["TLSPin", "RunPlan", "LaunchInfo"]
+__all__ = ["TLSPin", "RunPlan", "LaunchInfo", "HELLO", "RENDEZVOUS", "HelloMsg", "RendezvousMsg"]
 
 
 @dataclass(frozen=True)
@@ -65,3 +66,36 @@ class LaunchInfo:
     ranks_per_task: int = 1             # the ranks one task runs (a rank per GPU of a task that holds several)
     ui_url: str | None = None           # the backend's own page of the run (the Spark UI), when it has one
     inline_code: bool = False           # the ranks cannot fetch the notebook's code: the plan carries it (inline)
+
+
+# -- where the ranks meet ----------------------------------------------------------------------------------------------
+# Where the ranks meet: each rank's hello (who and where it is, its GPU) and the kernel's answer (where the store is,
+# the rank's place on its node, the GPUs it sees), planned by ``core/rendezvous.py`` once every rank has said hello.
+HELLO: Final = "hello"            # rank -> kernel: who I am; rank 0 adds where its TCPStore listens
+RENDEZVOUS: Final = "rendezvous"  # kernel -> rank: where the store is, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, GPUs
+
+
+class _Hello(TypedDict):
+    t: Literal["hello"]
+    host: str
+    ip: str               # the address the rank's own listeners use
+    pid: int
+
+
+class HelloMsg(_Hello, total=False):
+    store_port: int       # rank 0 only
+    gpu: str              # --gpu: the rank's own GPU (a CUDA_VISIBLE_DEVICES entry)
+    scope: str            # --gpu: which GPUs it can open (gpus.device_scope)
+    node: int             # TorchDistributor's layout: the node (Spark task) it belongs to (rendezvous.py)
+
+
+class RendezvousMsg(TypedDict):
+    t: Literal["rendezvous"]
+    master_addr: str
+    master_port: int
+    local_rank: int
+    local_world_size: int
+    group_rank: int
+    num_hosts: int
+    gpus: list[str]       # --gpu: its CUDA_VISIBLE_DEVICES (LOCAL_RANK indexes its own); else empty
+    host_ranks: int       # the run's ranks on its host (more than its node's under TorchDistributor's layout)

@@ -7,14 +7,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, NoReturn, Union, get_args, get_type_hints
 
-from .agent_messages import AgentHelloMsg, BeatMsg, ExitMsg
+from .rank_messages import AgentHelloMsg, BeatMsg, ExitMsg
 from .debug import PdbMsg, PdbReplyMsg, PlaceMsg, WhereMsg, WhereWantedMsg
 from .kernel_messages import CellMsg, DataErrorMsg, DataPlanMsg, InterruptMsg, ReleaseMsg, StopMsg
 from .notices import (ConnectedMsg, DataStatusMsg, DisconnectedMsg, FocusWantedMsg, JobEndMsg, LostMsg, StoppedMsg,
                       StopWantedMsg)
 from .rank_messages import (CommitMsg, DataDoneMsg, DataOpenMsg, DroppedMsg, FailedMsg, LogMsg, ProfileMsg,
                             ProgressMsg, ResultMsg, StateMsg, UsageMsg)
-from .rendezvous import HelloMsg, RendezvousMsg
+from .plan import HelloMsg, RendezvousMsg
 
 __all__ = ["RANK", "AGENT", "BACKEND", "Role", "RankMessage", "FinalMessage", "AgentMessage", "ChannelNotice",
            "BackendMessage", "InboundMessage", "DataReply", "ToRank", "ToAgent", "OutboundMessage", "unhandled",

@@ -91,7 +91,7 @@ class DeepspeedTorchDistributor(TorchDistributor):
     def _script(self, path: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Callable[[], Any]:
         if kwargs:
             raise ValueError("DeepspeedTorchDistributor with pytorch file doesn't support keyword arguments")
-        from ...rank.config_file import WithConfigFile  # what runs on the rank: loaded when a file runs
+        from ...rank.script import WithConfigFile  # what runs on the rank: loaded when a file runs
         from ..script_source import script_function
 
         argv = [path, *map(str, args), "--deepspeed"]

@@ -30,7 +30,7 @@ from ...launchers.session.tls_consent import IGNORE_SSL_KEY, require_ssl_consent
 from ...launchers.session.notebook import notebook_session
 from ...core.options import RunOptions
 from ...views import make_view
-from ..runs.result import RunResult
+from ..runs.run import RunResult
 from ..runs.driver import Work, launch
 
 __all__ = ["TorchDistributor", "GpuFacts", "gpu_plan"]

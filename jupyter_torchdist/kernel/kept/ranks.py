@@ -18,12 +18,12 @@ from typing import Any
 from ...core.errors import RunFailed
 from ...core.options import RunOptions
 from ...views import NullView, RunView
-from .cell import kept_cell
+from ..cell import kept_cell
 from ..pickling import Packed, pack
 from ...launchers import launcher_for
 from ..runs.rankset import Hooks, KeptInfo, RankSet
 from ..runs.restarts import CheckpointFolder, restartable
-from ..runs.result import RunResult
+from ..runs.run import RunResult
 from ..runs.driver import Pool, execute
 from ..runs.run import Run
 from ..runs.turns import Ticket, turns

@@ -5,19 +5,19 @@ from dataclasses import replace
 from typing import Any
 
 from ...core.errors import LaunchError
-from ...launchers import backend_for
+from ...launchers import backend_for, stand_in
 from ...launchers.limits import check_background
 from ...core.options import RunOptions
 from ...rank.kept_payload import KeptPostMortem
 from ...views import make_view
 from ..cell import CellSyntaxError
 from ..kept.ranks import KeptCell, KeptInfo, Ranks, notebook_ranks, set_notebook_ranks
-from ..kept.cell import kept_cell
+from ..cell import kept_cell
 from ..pickling import Packed, pack
 from ..runs.driver import Pool, RunDriver, Work, start_on_thread
 from ..runs.rankset import RankSet
 from ..runs.restarts import Attempt
-from ..runs.result import RunResult
+from ..runs.run import RunResult
 from ..runs.registry import background_going, new_run
 
 __all__ = ["run_kept", "stop_kept", "kept", "debug_kept"]
@@ -50,8 +50,8 @@ def _differs(info: KeptInfo, options: RunOptions) -> str | None:
     if options.gpu != info.gpu:
         return "this cell " + ("asks for --gpu" if options.gpu else "runs without --gpu")
     backend = backend_for(options).name
-    if backend != info.backend_name and "warming" not in (backend, info.backend_name):  # started on this machine
-        # while the embedded session started: they stay where they are, as kept ranks on the embedded session do
+    if backend != info.backend_name and not (info.stand_in or stand_in(options)):  # started on this machine while
+        # the embedded session started (or with no Java): they stay where they are, as kept ranks on it do
         return f"this cell runs on the {backend} backend, the kept ranks on the {info.backend_name} backend"
     return None
 

@@ -35,7 +35,7 @@ from ..state.run import RunState
 from .rankset import Hooks, RankSet
 from .registry import background_going, last_result, new_run
 from .restarts import Attempt, CheckpointFolder, ContinuedView, failed_attempt
-from .result import RunResult
+from .run import RunResult
 from .run import Run
 from .supervisor import plain_sigint
 from .turns import Ticket, turns

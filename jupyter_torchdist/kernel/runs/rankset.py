@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ...core import contract as C
-from ...core._versions import local_versions
+from ...core.travel import local_versions
 from ...channel.server import ChannelServer
 from ...core.contract import CodeShip, Inbound, LaunchInfo, RunPlan
 from ...core.errors import RankFailure
@@ -50,6 +50,8 @@ class KeptInfo:
     holds: str | None = None                   # what the ranks hold while kept ("Spark task slots"), if anything
     failed_rank: int | None = None             # the root cause's rank of the last cell, when it failed (for
     #                                            %distribute_debug: that rank keeps the failure's frames)
+    stand_in: bool = False                     # local processes standing in for the embedded session (it was
+    #                                            starting, or no Java): later cells stay on them
 
 
 @dataclass(frozen=True)
@@ -230,7 +232,7 @@ class RankSet:
         return KeptInfo(n=self.options.n, backend=self.info.label, gpu=self.options.gpu,
                         local=self.launcher.name == "local", hosts=dict(self.hosts), since=self.since,
                         cells=self.cells, backend_name=self.launcher.name, holds=self.launcher.slot_noun,
-                        failed_rank=self.failed_rank)
+                        failed_rank=self.failed_rank, stand_in=getattr(self.launcher, "stands_in", None) is not None)
 
 
 def _raised_first(state: RunState) -> int | None:

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from ...core.options import RunOptions
-from .result import RunResult
+from .run import RunResult
 from .run import Run, RunList
 
 __all__ = ["runs", "new_run", "find", "last_background", "last_result", "stop_all", "background_going"]

@@ -19,8 +19,8 @@ from typing import Any, Final
 
 from ...views.schema import (LOSS_KEYS, MANY_RANKS, TABLE_COLUMNS, GroupSnapshot, HostGroupSnapshot, OutlierSnapshot,
     QuantileSnapshot, SummarySnapshot, TableSnapshot)
-from ...core._groups import group_texts
-from ...core.thinning import evenly
+from ...core.brief import group_texts
+from ...core.brief import evenly
 from .places import describe
 from .rank import RankState
 from .resource_use import INPUT_BOUND

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
 from ...core import contract as C
-from ...core._groups import group_texts
+from ...core.brief import group_texts
 from ...views.schema import FrameSnapshot, PlaceSnapshot
 
 __all__ = ["RankDebug", "fold_collective", "fold_place", "fold_pdb", "describe", "place_snapshot", "user_frames",

@@ -12,7 +12,7 @@ from .lifecycle import RunLifecycle
 from .places import place_snapshot
 from .rank import RankState
 from .stall import stall_text
-from ...core._groups import group_texts
+from ...core.brief import group_texts
 from .many_ranks import LossBand, featured, is_many, rank_table, summary_snapshot
 from .resource_use import data_snapshot, usage_snapshot
 

@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any, Final, TypedDict
-
 from dataclasses import dataclass
+from typing import Any, Final, TypedDict
 
 from ...core.errors import MemberStoppedEarly
 from ...core.grid import describe
 from ...core.space import IntRange, LogUniform, Space, Uniform
-from ...core.thinning import evenly
+from ...core.brief import evenly
 from ...views.schema import SCHEMA_VERSION, SweepRunSnapshot, SweepSnapshot
 from ..runs.run import ENDED, Run
 from .study import Member

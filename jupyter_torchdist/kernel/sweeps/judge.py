@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from ...core.errors import MemberStoppedEarly
-from ...core.thinning import evenly
+from ...core.brief import evenly
 from .early_stop import asha_rungs, make_rule, reduce_ranks
 from .study import Member
 

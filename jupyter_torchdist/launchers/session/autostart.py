@@ -8,7 +8,7 @@ could use it (a cell without ``--local``: that cell and the next run as local pr
 ``--local`` never starts a JVM.
 
 Without Java (nothing at ``$JAVA_HOME/bin/java``, no ``java`` on PATH) nothing here starts a JVM: runs go to local
-processes (``nojava``), and the first one says why.
+processes (the local launcher stands in: ``launchers.stand_in``), and the first one says why.
 """
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ def _probe(kernel: Mapping[str, str], address: tuple[str, int]) -> Callable[[Any
     def probe(_: Any) -> Iterator[str]:
         import socket as s
 
-        from jupyter_torchdist.core._versions import differences, local_versions
+        from jupyter_torchdist.core.travel import differences, local_versions
 
         here = local_versions(tuple(k for k in kernel if k not in ("python", "torch", "cloudpickle",
                                                                    "jupyter-torchdist")))

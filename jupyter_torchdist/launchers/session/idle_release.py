@@ -10,7 +10,7 @@ asked, its own minute does it. The embedded session itself, its daemon (so that 
 workers again in well under a second) and every kept rank stay; the daemon, alone once its workers are gone, gives
 back the clean file-backed pages no other process maps (about 60 MB of torch's libraries for a notebook alone; little
 where other notebooks' daemons share them), read back from disk by the next run in about a tenth of a second
-(``jupyter_torchdist.launchers.session.pages``). ``release`` says what went; ``rewarm`` brings it back in the
+(``jupyter_torchdist.launchers.session.daemon``). ``release`` says what went; ``rewarm`` brings it back in the
 background, as ``%load_ext`` and the first run would have.
 """
 from __future__ import annotations
