@@ -44,7 +44,7 @@ def configure_default(track: str | None) -> None:
 
 
 def parse_trackers(text: str, where: str = "--track") -> tuple[str, ...]:
-    """``"mlflow"``, ``"tensorboard"``, ``"wandb"``, several (``"mlflow,tensorboard"``), or ``"none"``/``""`` (no
+    """A tracker's name (``trackers.REGISTRY``), several (``"mlflow,tensorboard"``), or ``"none"``/``""`` (no
     tracking)."""
     names = [part.strip().lower() for part in str(text).split(",") if part.strip()]
     if names in ([], ["none"]):

@@ -3,7 +3,8 @@ doctor, the run's recorder and the view's note, the shipper, the handles' ``trac
 
 An entry says what the kernel needs to record to the tracker and what the options mean for it; the tracker's own
 module under ``tracking/`` (``module``: its sink, found by ``tracking/registry.py``) says what a run, a batch of
-metric points, a file and a run's end become there. A new tracker is one module there and one entry here.
+metric points, a file and a run's end become there. A new tracker is one module there and one entry here; every
+other part (the options, the doctor, the recorder, the view's note, the runs panel's links) reads its entry.
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ class Tracker:
     experiment: str | None  # what --experiment names in it (None: it takes none)
     files: bool             # its records are files under --logdir
     why: str = ""           # what it needs the package for, when the title alone does not say
+    experiment_env: str | None = None  # the environment variable that names the experiment when --experiment does not
 
     @property
     def missing(self) -> str:
@@ -40,7 +42,7 @@ _ALL: Final = (
     Tracker("tensorboard", "TensorBoard", "tensorboard", "tensorboard", "tensorboard", "tb_sink", None, True,
             why="TensorBoard (its own writer writes the event files)"),
     Tracker("wandb", "W&B", "wandb", "wandb", "wandb", "wandb_sink", "the W&B project", False,
-            why="Weights & Biases' client (wandb) in the kernel's environment"),
+            why="Weights & Biases' client (wandb) in the kernel's environment", experiment_env="WANDB_PROJECT"),
 )
 REGISTRY: Final[Mapping[str, Tracker]] = MappingProxyType({t.name: t for t in _ALL})
 

@@ -65,8 +65,9 @@ def run(fn: Callable[..., Any], *args: Any, n: int = 2, gpu: bool = False, local
     prepare its batches (default: the session's task slots beyond the ranks'). ``max_restarts`` and
     ``checkpoint_dir`` are ``--max-restarts`` and ``--checkpoint-dir`` (``jupyter_torchdist.commit``/``restore``).
     With ``background=True`` a ``Run`` handle comes back at once (``.result()`` gives the value later).
-    ``track`` ("mlflow", "tensorboard", "wandb", several with commas, "none"), ``experiment``, ``logdir`` and
-    ``profile`` (True, or "START:STOP") are ``--track``, ``--experiment``, ``--logdir`` and ``--profile``;
+    ``track`` (a tracker's name, several with commas, or "none": ``core/trackers.py`` lists them), ``experiment``,
+    ``logdir`` and ``profile`` (True, or "START:STOP") are ``--track``, ``--experiment``, ``--logdir`` and
+    ``--profile``;
     ``workdir`` (a folder, or "none"), ``pip`` (a requirement, or a list) and ``requirements`` (a file) are
     ``--workdir``, ``--pip`` and ``--requirements``.
     """

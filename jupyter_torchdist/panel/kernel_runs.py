@@ -14,6 +14,7 @@ import time
 from collections.abc import Mapping
 from typing import Any, Final
 
+from ..core.trackers import REGISTRY
 from .entries import Cell, first_line, run_entry, sweep_entry
 from .registry import RunEntry
 
@@ -48,7 +49,6 @@ def _ui_link(run: Any) -> list[dict[str, str]]:
     return [{"kind": "spark", "label": "Spark UI", "url": url}] if url else []
 
 
-_LABELS: Final = {"mlflow": "MLflow", "tensorboard": "TensorBoard", "wandb": "W&B"}
 TRACKING_LATE_S: Final = 120.0   # an ended run's tracker links may still come (records go every few seconds)
 
 
@@ -61,7 +61,7 @@ def tracker_links(run: Any) -> list[dict[str, str]]:
         return []
     links = []
     for kind, ref in tracked.items():
-        label = _LABELS.get(kind, kind)
+        label = REGISTRY[kind].title if kind in REGISTRY else kind
         if kind == "mlflow":
             from ..tracking.names import tracking_uri
 

@@ -162,8 +162,9 @@ class RunRecorder:
         return f"recorded in {' and '.join(said)}" if said else None
 
     def _experiment(self, name: str) -> str:
-        if name == "wandb" and not self.options.experiment and os.environ.get("WANDB_PROJECT"):
-            return os.environ["WANDB_PROJECT"]
+        env = REGISTRY[name].experiment_env
+        if env and not self.options.experiment and os.environ.get(env):
+            return os.environ[env]
         return experiment_name(self.options.experiment)
 
     # -- the run's course ---------------------------------------------------------------------------------

@@ -144,3 +144,14 @@ def test_one_list_of_rules_and_of_reductions() -> None:
     assert [reduce_ranks([1.0, 2.0, 6.0], how) for how in REDUCTIONS] == [3.0, 1.0, 6.0]
     assert reduce_ranks([], "mean") is None and math.isnan(reduce_ranks([1.0, math.nan], "min") or 0.0)
     assert reduce_ranks([1.0, math.inf], "max") == math.inf
+
+
+def test_every_rule_carries_the_name_early_stop_takes() -> None:
+    """A rule is one class (after Optuna's pruners): --early-stop's choices are the rules' names and "none"."""
+    from jupyter_torchdist.core.search_options import EARLY_STOPS
+    from jupyter_torchdist.kernel.sweeps.early_stop import RULES, make_rule
+
+    assert tuple(RULES) + ("none",) == EARLY_STOPS
+    for name, rule in RULES.items():
+        made = make_rule(name, "min", 2, max_steps=10)
+        assert type(made) is rule and made.name == name

@@ -87,9 +87,10 @@ class Run(Handle):
 
     @property
     def tracking(self) -> dict[str, str]:
-        """Where this run is recorded (``--track``), tracker by tracker, once each has it: ``{"mlflow": run id,
-        "tensorboard": its folder, "wandb": its URL (an offline run: its folder)}``. Records go every few seconds
-        and wait while a tracker does not answer; ``flush_tracking()`` waits for them. Empty when not tracked."""
+        """Where this run is recorded (``--track``), tracker by tracker, once each has it: MLflow's run id,
+        TensorBoard's folder, a W&B run's URL (an offline run: its folder), by tracker name. Records go every few
+        seconds and wait while a tracker does not answer; ``flush_tracking()`` waits for them. Empty when not
+        tracked."""
         if self.record_key is None:
             return {}
         from ...tracking import tracking

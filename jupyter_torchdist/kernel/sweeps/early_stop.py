@@ -23,12 +23,12 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Sequence
-from typing import Protocol
+from typing import ClassVar, Final, Protocol
 
 from ...core.errors import OptionsError
 from ...core.search_options import EARLY_STOPS, REDUCTION_FACTOR, REDUCTIONS, check_rule
 
-__all__ = ["StopRule", "ASHA", "MedianRule", "make_rule", "reduce_ranks", "asha_rungs"]
+__all__ = ["StopRule", "ASHA", "MedianRule", "RULES", "make_rule", "reduce_ranks", "asha_rungs"]
 
 _FRACTION = {2: "half", 3: "third", 4: "quarter", 5: "fifth", 10: "tenth"}
 _SHOWN_CHECKPOINTS = 5
@@ -95,9 +95,11 @@ class ASHA:
     """Asynchronous successive halving with one bracket (Ray Tune's AsyncHyperBandScheduler): a member judged at
     each rung against the values recorded there before it, so nobody waits for a rung to fill."""
 
+    name: ClassVar[str] = "asha"
+
     def __init__(self, mode: str, grace: int, metric: str = "loss", reduction: int = REDUCTION_FACTOR,
                  max_steps: int | None = None) -> None:
-        check_rule("asha", mode, grace, reduction, max_steps)
+        check_rule(self.name, mode, grace, reduction, max_steps)
         self.mode, self.grace, self.metric, self.reduction = mode, grace, metric, reduction
         self.max_steps = max_steps
         self._rungs: dict[int, list[float]] = {}  # rung -> keys recorded there
@@ -160,9 +162,11 @@ class MedianRule:
     """The median stopping rule (Ray's MedianStoppingRule): a member whose best so far is worse than what its peers
     typically had from the grace period to the same step is unlikely to catch up."""
 
+    name: ClassVar[str] = "median"
+
     def __init__(self, mode: str, grace: int, metric: str = "loss", min_peers: int = 3,
                  max_steps: int | None = None) -> None:
-        check_rule("median", mode, grace, None, max_steps)
+        check_rule(self.name, mode, grace, None, max_steps)
         _check_peers(min_peers)
         self.mode, self.grace, self.metric, self.min_peers = mode, grace, metric, min_peers
         self.max_steps = max_steps
@@ -227,12 +231,15 @@ def make_rule(kind: str, mode: str, grace: int, metric: str = "loss", reduction:
     caught when written, not when a later change turns early stopping on. ``reduction`` None: ASHA's default."""
     check_rule(kind, mode, grace, reduction, max_steps)
     _check_peers(min_peers)
-    if kind == "asha":
+    if kind == ASHA.name:
         return ASHA(mode, grace, metric, REDUCTION_FACTOR if reduction is None else reduction, max_steps)
-    if kind == "median":
+    if kind == MedianRule.name:
         return MedianRule(mode, grace, metric, min_peers, max_steps)
     assert kind == EARLY_STOPS[-1]
     return None
+
+
+RULES: Final = {rule.name: rule for rule in (ASHA, MedianRule)}  # every rule, by the name --early-stop takes
 
 
 def reduce_ranks(values: Sequence[float], how: str) -> float | None:
