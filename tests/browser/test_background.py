@@ -143,4 +143,6 @@ def test_a_finished_background_views_widget_is_closed_once_its_report_is_in_plac
     finished runs and sweeps hold nothing for their views (run after the tests above: every view has ended)."""
     lab.wait_idle_kernel()
     lab.run_cell(6)
-    lab.cell(6).locator(".jp-OutputArea-output:has-text('open views: []')").wait_for(timeout=30_000)
+    closed = lab.cell(6).locator(".jp-OutputArea-output:has-text('open views: []')")
+    closed.wait_for(timeout=30_000)
+    assert closed.count() == 1

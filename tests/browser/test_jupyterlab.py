@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from ..support.browser import (CELLS, LIVE, NOTEBOOK, REPORT, ROW, Lab, check_stop_button, row_states,
+from ..support.browser import (CELLS, LIVE, NOTEBOOK, REPORT, ROW, Lab, assert_stop_button_stops_the_run, row_states,
                                serving, skip_reason)
 
 PAGE_ROW = ".jp-TorchDist-pageRow"  # a row of a many-rank run's paged table
@@ -62,7 +62,7 @@ def test_live_rows_move_then_the_report_shows_the_value(lab: Lab) -> None:
 
 
 def test_stop_button_stops_the_run_and_the_kernel_stays_usable(lab: Lab) -> None:
-    check_stop_button(lab, "report-stopped")
+    assert_stop_button_stops_the_run(lab, "report-stopped")
 
 
 def test_failing_rank_shows_its_traceback_with_the_rank(lab: Lab) -> None:

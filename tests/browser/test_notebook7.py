@@ -12,7 +12,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from ..support.browser import CELLS, LIVE, REPORT, ROW, Lab, check_stop_button, row_states, serving, skip_reason
+from ..support.browser import (CELLS, LIVE, REPORT, ROW, Lab, assert_stop_button_stops_the_run, row_states, serving,
+                               skip_reason)
 
 pytestmark = [pytest.mark.browser, pytest.mark.spark, pytest.mark.timeout(600)]
 
@@ -102,7 +103,7 @@ def test_live_rows_move_then_the_value_and_the_report_render(nb7: Notebook7) -> 
 
 def test_stop_button_interrupts_the_run(nb7: Notebook7) -> None:
     """The Stop button goes through the plugin (plugin.ts): it finds the notebook in the shell's main area."""
-    check_stop_button(nb7, "nb7-report-stopped")
+    assert_stop_button_stops_the_run(nb7, "nb7-report-stopped")
 
 
 def test_the_runs_panel_opens_in_the_left_sidebar(nb7: Notebook7) -> None:

@@ -59,7 +59,7 @@ def value(k: Kernel, code: str, timeout: float = 240) -> object:
     return ast.literal_eval(results[-1]["data"]["text/plain"])
 
 
-def check_one_gpu_each(ranks: list[dict], n: int) -> None:
+def assert_one_gpu_each(ranks: list[dict], n: int) -> None:
     """Every rank on its own GPU, the one at LOCAL_RANK among the kernel's, NCCL's name on the group."""
     assert [r["rank"] for r in ranks] == list(range(n))
     assert [r["gpu"] for r in ranks] == KERNELS[:n], "each rank its own GPU, in the kernel's order"
@@ -71,7 +71,7 @@ def check_one_gpu_each(ranks: list[dict], n: int) -> None:
 
 @pytest.mark.parametrize("where", ["--local", ""])
 def test_every_rank_takes_its_own_gpu_at_local_rank(kernel, where):
-    check_one_gpu_each(value(kernel, f"%%distribute -n 4 --gpu --all-ranks {where}\nplaced()"), 4)
+    assert_one_gpu_each(value(kernel, f"%%distribute -n 4 --gpu --all-ranks {where}\nplaced()"), 4)
 
 
 def test_horovod_local_rank_picks_the_gpu(kernel):
@@ -116,14 +116,14 @@ def test_torchdistributor_local_mode_places_ranks_as_pyspark_does(kernel):
 
 def test_kept_ranks_and_background_runs_follow_the_rule(kernel):
     first = value(kernel, "%%distribute -n 2 --gpu --local --keep --all-ranks\nplaced()")
-    check_one_gpu_each(first, 2)
+    assert_one_gpu_each(first, 2)
     again = value(kernel, "%%distribute --keep --gpu --local --all-ranks\n"
                           "(torch.cuda.current_device(), fakecuda.physical())")
     assert again == [(0, KERNELS[0]), (1, KERNELS[1])], "kept ranks stay on their GPUs from cell to cell"
     assert kernel.execute("%distribute_stop")["status"] == "ok"
     r = kernel.execute("%%distribute -n 2 --gpu --local --background --all-ranks\nplaced()")
     assert r["status"] == "ok", kernel.text(r)
-    check_one_gpu_each(value(kernel, "_.result(timeout=120)"), 2)
+    assert_one_gpu_each(value(kernel, "_.result(timeout=120)"), 2)
 
 
 def test_horovod_reduces_cpu_tensors_beside_cuda_ones_under_gpu(kernel):
@@ -223,4 +223,4 @@ def test_a_spark_worker_that_initialised_cuda_spawns_its_ranks(kernel):
         ).collect()
     """))
     assert touched and all(touched), touched
-    check_one_gpu_each(value(kernel, "%%distribute -n 2 --gpu --all-ranks\nplaced()"), 2)
+    assert_one_gpu_each(value(kernel, "%%distribute -n 2 --gpu --all-ranks\nplaced()"), 2)

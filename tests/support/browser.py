@@ -292,7 +292,7 @@ def row_states(lab: Lab, index: int) -> list[dict[str, Any]]:
         " bar: (r.querySelector('.jp-TorchDist-barFill') || {style: {}}).style.width}))")
 
 
-def check_stop_button(app: Lab, shot: str) -> None:
+def assert_stop_button_stops_the_run(app: Lab, shot: str) -> None:
     """Cell 2 runs long; its Stop button (through plugin.ts) stops every rank and the kernel stays usable.
     Shared by the JupyterLab and Notebook 7 tests."""
     app.wait_idle_kernel()

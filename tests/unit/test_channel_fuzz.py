@@ -49,12 +49,12 @@ _msg = st.fixed_dictionaries({"t": st.sampled_from(["log", "progress", "state", 
 def test_fuzz_after_the_handshake_keeps_the_server_healthy(valid, garbage, as_list):
     server = ChannelServer(4, max_frame=1 << 16)  # a run's rank connects once: each example is a run of its own
     try:
-        _fuzz_one_connection(server, valid, garbage, as_list)
+        _assert_harmless(server, valid, garbage, as_list)
     finally:
         server.close()
 
 
-def _fuzz_one_connection(server: ChannelServer, valid: list, garbage: bytes, as_list: bool) -> None:
+def _assert_harmless(server: ChannelServer, valid: list, garbage: bytes, as_list: bool) -> None:
     sock = connect(server.address, server.secret, 0, P.ROLE_RANK)
     try:
         if as_list:

@@ -22,7 +22,7 @@ def _batches(plan):
     return out
 
 
-def _check(counts, world, batch, lanes, drop_last, shuffle=True, seed=0, epoch=0):
+def _assert_plan_is_sound(counts, world, batch, lanes, drop_last, shuffle=True, seed=0, epoch=0):
     plan = plan_epoch(counts, world, batch, lanes=lanes, shuffle=shuffle, seed=seed, epoch=epoch,
                       drop_last=drop_last)
     total = sum(counts)
@@ -65,13 +65,13 @@ def _check(counts, world, batch, lanes, drop_last, shuffle=True, seed=0, epoch=0
 @settings(max_examples=300, deadline=None)
 @given(counts_st, st.integers(1, 5), st.integers(1, 37), st.integers(1, 6), st.booleans())
 def test_equal_steps_no_duplicates_and_coverage(counts, world, batch, lanes, drop_last):
-    _check(counts, world, batch, lanes, drop_last)
+    _assert_plan_is_sound(counts, world, batch, lanes, drop_last)
 
 
 @settings(max_examples=150, deadline=None)
 @given(skewed_st, st.integers(1, 8), st.integers(1, 64), st.integers(1, 4), st.booleans(), st.integers(0, 3))
 def test_skewed_partitions_still_give_equal_steps(counts, world, batch, lanes, drop_last, epoch):
-    _check(counts, world, batch, lanes, drop_last, epoch=epoch)
+    _assert_plan_is_sound(counts, world, batch, lanes, drop_last, epoch=epoch)
 
 
 def test_the_plan_is_the_same_wherever_it_is_computed_and_changes_with_the_epoch():

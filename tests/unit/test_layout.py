@@ -8,6 +8,7 @@ rank runtime.
 """
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 from pathlib import Path
@@ -62,3 +63,25 @@ def test_the_kernel_side_does_not_load_the_rank_runtime_and_the_rank_side_no_ker
         text = path.read_text()
         assert "..kernel" not in text and "jupyter_torchdist.kernel" not in text, path.name
         assert "..views" not in text, path.name
+
+
+def _checks_something(test: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """An assert, pytest.raises or pytest.fail, a raise, or a call of a helper named assert_* (one that asserts)."""
+    for node in ast.walk(test):
+        if isinstance(node, (ast.Assert, ast.Raise)):
+            return True
+        if isinstance(node, ast.Call):
+            name = ast.unparse(node.func)
+            if name in ("pytest.raises", "pytest.fail") or name.split(".")[-1].lstrip("_").startswith("assert"):
+                return True
+    return False
+
+
+def test_every_test_checks_something():
+    """A test that cannot fail counts as passed while proving nothing: each one asserts, or calls what does."""
+    idle = [f"{p.relative_to(ROOT)}::{node.name}" for p in sorted(TESTS.rglob("test_*.py"))
+            for node in ast.walk(ast.parse(p.read_text()))
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("test_")
+            and not _checks_something(node)]
+    assert not idle, f"tests that check nothing: {idle}"
+    assert not _checks_something(ast.parse("def test_x():\n    print(1)\n").body[0])  # type: ignore[arg-type]

@@ -238,7 +238,8 @@ def test_check_encryption_warns_on_the_logger_when_the_switch_lets_it_go(session
 
 def test_check_encryption_without_any_session_has_nothing_to_check(no_session, monkeypatch):
     monkeypatch.setattr(spark_session, "_embedded", None)
-    TorchDistributor(1, True, False)._check_encryption()
+    TorchDistributor(1, True, False)._check_encryption()   # raises if it found something to refuse
+    assert spark_session._embedded is None, "checking started no session"
 
 
 # -- run() -------------------------------------------------------------------------------------------------------
