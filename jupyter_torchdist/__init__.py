@@ -19,7 +19,7 @@ from .core.errors import (CaptureError, DistributeError, LaunchError, MemberFail
 from .core.space import choice, intrange, loguniform, uniform
 from .kernel.notebook_api import run, run_detailed, spark_session, sweep
 from .kernel.runs.run import Run
-from .kernel.runs.registry import runs
+from .kernel.runs.history import runs
 from .kernel.sweeps.sweep import Sweep
 from .kernel.kept.ranks import KeptInfo, Ranks
 from .kernel.magics.kept import kept

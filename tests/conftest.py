@@ -20,6 +20,11 @@ from pathlib import Path
 import pytest
 
 os.environ.setdefault("JUPYTER_TORCHDIST_WARMUP", "0")
+# Every test JVM without the optimising JIT, as the clusters' (support/cluster.py's FAST_JVM): a Spark driver started
+# by spark-submit (the embedded sessions of this process and of every kernel, the Connect server) reads it. Measured
+# on the 2-core machine, a local session's start and first two jobs: 21.0 s with the default JIT, 18.8 s without
+# (two runs each). Short-lived JVMs spend their first seconds compiling; the tests' never live long.
+os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1")
 
 import cloudpickle
 

@@ -2,7 +2,7 @@
 doctor, the run's recorder and the view's note, the shipper, the handles' ``tracking``).
 
 An entry says what the kernel needs to record to the tracker and what the options mean for it; the tracker's own
-module under ``tracking/`` (``module``: its sink, found by ``tracking/registry.py``) says what a run, a batch of
+module under ``tracking/`` (``module``: its sink, found by ``tracking/sinks.py``) says what a run, a batch of
 metric points, a file and a run's end become there. A new tracker is one module there and one entry here; every
 other part (the options, the doctor, the recorder, the view's note, the runs panel's links) reads its entry.
 """

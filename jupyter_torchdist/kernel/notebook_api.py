@@ -118,11 +118,11 @@ def sweep(fn: Callable[..., Any], space: Mapping[str, Any], *args: Any, n: int =
 def spark_session() -> Any:
     """The SparkSession runs use: the notebook's active one, or the embedded local one (started if need be,
     after ``%load_ext``'s warm-up). Build the DataFrames you train on with it; it is the active session."""
-    from ..launchers.session import autostart as embedded
+    from ..launchers.session import autostart
     from ..launchers.session.embedded import get_session, wait_for_warm_up
 
     wait_for_warm_up()
     session, is_embedded = get_session()
     if is_embedded:
-        embedded.wanted()  # its Python workers warm up in the background
+        autostart.wanted()  # its Python workers warm up in the background
     return session

@@ -67,7 +67,7 @@ def on_load(warm: bool, busy_runs: Callable[[], list[str]] = lambda: []) -> None
 
     if not warm or connect_session() is not None:
         return
-    from .session import autostart as embedded, give_way
+    from .session import autostart, give_way
     from .local_server import get_zygote
     from .session.notebook import own_classic_session
 
@@ -78,7 +78,7 @@ def on_load(warm: bool, busy_runs: Callable[[], list[str]] = lambda: []) -> None
         return  # no pyspark: --local still works
     # With a session of the notebook's own already up, runs go to it: no process server waits for them meanwhile
     # (``--local`` starts it when first used).
-    embedded.enable(get_zygote() if own_classic_session() is None else None)
+    autostart.enable(get_zygote() if own_classic_session() is None else None)
 
 
 def may_use_spark(options: RunOptions) -> bool:
@@ -98,15 +98,15 @@ def launcher_for(options: RunOptions) -> Launcher:
 def _warm_embedded(options: RunOptions) -> None:
     if options.local or _connect(options):
         return
-    from .session import autostart as embedded
+    from .session import autostart
     from .session.notebook import own_classic_session
 
-    if embedded.allowed() and own_classic_session() is None:
-        embedded.wanted()
+    if autostart.allowed() and own_classic_session() is None:
+        autostart.wanted()
 
 
 def on_unload() -> None:
-    from .session import autostart as embedded, give_way
+    from .session import autostart, give_way
 
     give_way.uninstall()
-    embedded.disable()
+    autostart.disable()

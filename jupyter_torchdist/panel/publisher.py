@@ -55,7 +55,7 @@ def kernel_identity(shell: Any) -> tuple[str, str | None]:
 
 
 def _kernel_runs() -> list[Any]:
-    from ..kernel.runs.registry import runs
+    from ..kernel.runs.history import runs
 
     return list(runs())
 
@@ -164,7 +164,7 @@ class Publisher:
         this kernel has ended; its file and reports stay a while (``jupyter-torchdist runs --all``)."""
         if self._halt():
             try:
-                from ..kernel.runs.registry import stop_all
+                from ..kernel.runs.history import stop_all
 
                 stop_all(by)
                 self.write(self._entries(_kernel_runs()), ended=time.time())

@@ -12,7 +12,7 @@ from typing import Any
 from ..core.errors import OptionsError
 from ..core.options import RunOptions
 from ..core.track_options import check_environment as check_installed, default_trackers
-from .registry import imported, prefetch, sink_class
+from .sinks import imported, prefetch, sink_class
 from .recorder import RunRecorder, SweepRecorder
 from .shipper import flush, tracking
 

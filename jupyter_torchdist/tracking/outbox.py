@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .journal import destinations, journal_ids, load_state, read_head
-from .registry import address
+from .sinks import address
 
 __all__ = ["dest_id", "write_status", "clear_status", "read_order", "give_order", "Waiting", "waiting"]
 

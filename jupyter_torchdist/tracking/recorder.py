@@ -7,7 +7,7 @@ line, the ranks' step rates, the saved report, the code that ran and the value's
 sweep's parent record; its members' records name it, and its end names the best member. Every record goes into a
 journal on local disk first (``journal.py``) and reaches its trackers from the shipper's threads (``shipper.py``):
 the run never waits for a tracker. Where each tracker records, and what it adds to a run's record (MLflow's context
-tags), is resolved here, when the run is recorded (``registry.py``).
+tags), is resolved here, when the run is recorded (``sinks.py``).
 """
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ from ..views.trim import trim_snapshot
 from ..core.trackers import REGISTRY
 from .journal import Journal
 from .names import experiment_name, folder_name, member_name, params_label
-from .registry import destinations, extras
+from .sinks import destinations, extras
 from .shipper import shipper
 
 __all__ = ["RunRecorder", "SweepRecorder", "STATUS"]

@@ -23,7 +23,7 @@ from .journal import Journal, destinations, journal_ids, load_state, read_head, 
 from .lane import GROUP_MAX, Lane
 from .lane import groups as _groups
 from ..core.trackers import REGISTRY
-from .registry import address, imported, new_sinks, sink_class
+from .sinks import address, imported, new_sinks, sink_class
 from .sink import Down, Sink
 
 __all__ = ["Shipper", "shipper", "flush", "resume", "mlflow_run_id", "tracking", "Down", "GROUP_MAX", "_groups"]

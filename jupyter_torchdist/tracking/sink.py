@@ -2,7 +2,7 @@
 
 A journal's records (``journal.py``) become, in a tracker: a run (``run``), batches of metric points (``m``), and
 at its ``end`` the last points, its tags, its files and its end. Each tracker's module (``mlflow_sink.py``,
-``tb_sink.py``, ``wandb_sink.py``) subclasses ``Sink`` and is found by name (``registry.py``, from the trackers of
+``tb_sink.py``, ``wandb_sink.py``) subclasses ``Sink`` and is found by name (``sinks.py``, from the trackers of
 ``core/trackers.py``). A sink is also asked, in the kernel that records the run, where its records go
 (``destination``: MLflow's tracking URI, the W&B project, the log folder, resolved then and not later by another
 kernel) and what it adds to a run's record (``extras``: MLflow's own context tags).

@@ -1,4 +1,4 @@
-"""A real multi-JVM cluster: a cell, a script and TorchDistributor, in one real kernel, on standalone Spark.
+"""A real multi-JVM cluster: a cell, a script, TorchDistributor and debugging, in one real kernel, on standalone Spark.
 
 One Python process can hold only one SparkContext (this test process holds the embedded local
 one), so the cluster's driver is a real IPython kernel; all scenarios share it and the cluster.
@@ -13,6 +13,7 @@ import pytest
 
 from ..support.cluster import Cluster, alive, session_conf, spark_env
 from ..support.procs import descendants_of
+from ..kernel.test_debug_kernel import BREAK, HANG
 from ..support.kernel import Kernel
 
 pytestmark = [pytest.mark.spark, pytest.mark.cluster]
@@ -60,7 +61,7 @@ def _value(kernel: Kernel, expr: str) -> object:
 def driver(cluster: Cluster, tmp_path_factory):
     """A kernel whose active SparkSession is the cluster's, with 2 executors registered."""
     workdir = cluster.notebooks / "cluster-driver"  # the workers cannot see it, as on a real cluster
-    workdir.mkdir(exist_ok=True)  # the debugging tests' module makes its own driver here too
+    workdir.mkdir(exist_ok=True)
     (workdir / "where_helpers.py").write_text(WHERE)
     (workdir / "train.py").write_text(SCRIPT)
     env = {k: v for k, v in spark_env(cluster.workdir).items() if k.startswith(("SPARK_", "PYSPARK"))}
@@ -240,3 +241,19 @@ def test_the_doctor_checks_the_clusters_executors_against_the_kernel(driver):
     text = kernel.text(_ok(kernel, "%distribute_doctor"))
     assert text.count("ok    executor Python on ") >= 1 and "same versions as the kernel" in text, text
     assert "channel reach" not in text and text.strip().endswith("nothing missing"), text
+
+
+def test_places_on_timeout_and_pdb_on_a_rank_in_an_executor(driver):
+    """Ranks in executor JVMs say where they are when --timeout stops a rank-divergent collective, and a
+    breakpoint() on one of them is answered from the notebook."""
+    kernel: Kernel = driver[0]
+    r = kernel.execute(HANG.format(opts="--timeout 25").replace(" --local", ""), timeout=240)
+    text = kernel.text(r)
+    assert r["error"]["ename"] == "RunTimeout" and "spark://" in text, text
+    assert "rank 0: waiting in all_reduce at cell line 6 for " in text
+    assert "rank 1: in time.sleep at cell line 8" in text
+    r = kernel.execute(BREAK.replace(" --local", ""), answers=["p x", "c"], timeout=240)
+    assert r["status"] == "ok" and r["prompts"] == ["rank 1 (Pdb) "] * 2, kernel.text(r)
+    streams = "".join(o.get("text", "") for o in r["outputs"] if o["output_type"] == "stream")
+    assert "\n11\n" in streams and "-> t = torch.tensor([float(x)])" in streams
+    assert [o["data"]["text/plain"] for o in r["outputs"] if o["output_type"] == "execute_result"] == ["21.0"]

@@ -7,9 +7,9 @@ import re
 
 import pytest
 
-from ..support.notebooks import errors, execute_example, outputs, reports, stream_text
+from ..support.notebooks import POOLED, errors, execute_example, outputs, reports, stream_text
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, POOLED]  # POOLED: the first test to read a notebook runs the pool
 
 SWEEP_MIME = "application/vnd.jupyter-torchdist.sweep+json"
 

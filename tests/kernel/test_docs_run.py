@@ -11,21 +11,22 @@ from __future__ import annotations
 import pytest
 
 from ..support import ROOT
-from ..support.doc_pages import blocks, pages
-from ..support.doc_run import PageRun, run_pages
-from .test_framework_guides import GUIDES, guide_cells
+from ..support.doc_pages import blocks
+from ..support.doc_run import PageRun
+from ..support.notebooks import POOLED
+from ..support.pool import GUIDE_PAGES, doc_pages, guide_cells
+from ..support.pool import page_runs as pooled_page_runs
 
-# pages use the embedded session as a reader's notebook does; the first page's test runs every page (the fixture,
-# about 4 minutes on 2 cores): the default 300 s per test is too tight for that one
-pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
+# pages use the embedded session as a reader's notebook does; they run in the pool of every notebook the tests run
+# (support/pool.py), which the first test to read one of them starts
+pytestmark = [pytest.mark.spark, POOLED]
 
-GUIDE_PAGES = {ROOT / "docs" / "frameworks" / f"{name}.md": name for name in GUIDES}
-PAGES = [p for p in pages() if blocks(p) and p not in GUIDE_PAGES]
+PAGES = doc_pages()
 
 
 @pytest.fixture(scope="module")
-def page_runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    runs = run_pages(PAGES, tmp_path_factory.mktemp("docs"))
+def page_runs() -> dict:
+    runs = pooled_page_runs()
     for run in sorted(runs.values(), key=lambda r: -r.seconds):
         print(f"{run.seconds:6.1f} s  {run.name}: {len(run.ran)} blocks run, {len(run.skipped)} skipped")
     return runs

@@ -3,9 +3,10 @@ from __future__ import annotations
 
 import pytest
 
-from ..support.notebooks import execute_example
+from ..support.notebooks import POOLED, execute_example
 
 MIME = "application/vnd.jupyter-torchdist.run+json"
+pytestmark = POOLED
 
 
 @pytest.fixture(scope="module")

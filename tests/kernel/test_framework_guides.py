@@ -3,40 +3,22 @@ guides run in order in one real kernel (nbclient), so that a guide cannot drift 
 are checked through the reports they leave: every rank trained, the value and what the view showed."""
 from __future__ import annotations
 
-import re
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from ..support import ROOT
-from ..support.deepspeed import build_deepspeed_cpu_ops
-from ..support.notebooks import MIME
+from ..support.notebooks import MIME, POOLED
+from ..support.pool import GUIDES, guide_cells, guides
 
-pytestmark = pytest.mark.spark  # the kernel may start the embedded session; runs are --local
-
-GUIDES = ("lightning", "huggingface", "accelerate", "fsdp2", "deepspeed", "torchdistributor")
-_BLOCK = re.compile(r"^```ipython\n(.*?)^```$", re.S | re.M)
-
-
-def guide_cells(name: str) -> list[str]:
-    return [m.group(1).rstrip("\n") for m in _BLOCK.finditer((ROOT / "docs" / "frameworks" / f"{name}.md").read_text())]
+pytestmark = [pytest.mark.spark, POOLED]  # the kernel may start the embedded session; runs are --local
 
 
 @pytest.fixture(scope="module")
-def executed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[Any]]:
-    """Every guide's cells in one notebook, run top to bottom in a fresh kernel in an empty folder; by guide."""
-    nbformat = pytest.importorskip("nbformat")
-    from nbclient import NotebookClient
-
-    build_deepspeed_cpu_ops()  # once, before two ranks would race to compile it
-    nb = nbformat.v4.new_notebook()
-    for name in GUIDES:
-        nb.cells += [nbformat.v4.new_code_cell(src, metadata={"guide": name}) for src in guide_cells(name)]
-    folder: Path = tmp_path_factory.mktemp("guides")
-    NotebookClient(nb, timeout=300, kernel_name="python3", allow_errors=True,
-                   resources={"metadata": {"path": str(folder)}}).execute()
-    return {name: [c for c in nb.cells if c.metadata.get("guide") == name] for name in GUIDES}
+def executed() -> dict[str, list[Any]]:
+    """Every guide's cells in one notebook, run top to bottom in a fresh kernel in an empty folder (in the pool of
+    every notebook the tests run: support/pool.py); by guide."""
+    pytest.importorskip("nbformat")
+    return guides()
 
 
 def _errors(cells: list[Any]) -> list[Any]:

@@ -6,11 +6,11 @@ import re
 
 import pytest
 
-from ..support.notebooks import errors, execute_example
+from ..support.notebooks import POOLED, errors, execute_example
 from ..support.notebooks import reports as _reports
 from ..support.notebooks import stream_text as _text
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, POOLED]  # POOLED: the first test to read a notebook runs the pool
 
 
 @pytest.fixture(scope="module")

@@ -42,8 +42,10 @@ def _kept_pids(kernel: Kernel) -> list[int]:
     return json.loads(kernel.text(r).strip().splitlines()[-1])
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def kernel():
+    """One kernel for the tests below: each builds the model on the kept ranks again (BUILD runs on the ranks that
+    are up), and none tests a fresh kernel (the kernel's end, at the bottom, starts its own)."""
     with loaded_kernel(setup="import jupyter_torchdist\nlr = 0.01") as k:
         yield k
 
@@ -60,7 +62,7 @@ def test_a_model_built_in_one_cell_trains_in_the_next_and_the_next(kernel):
     assert snap["status"] == "succeeded" and [x["step"] for x in snap["ranks"]] == [5, 5]
     assert any("kept ranks hold 2 Spark task slots" in n for n in snap["notices"])
     info = kernel.execute("import jupyter_torchdist as jt\nk = jt.kept()\nprint(k.n, k.cells, k.backend)")
-    assert kernel.text(info).split()[:2] == ["2", "3"]
+    assert kernel.text(info).split()[:2] == ["2", "3"]  # this module's first test: the kept ranks' first cells
 
 
 def test_a_failure_shows_the_cells_own_line_and_the_ranks_survive(kernel):

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from ..support.notebooks import MIME, execute_example
+from ..support.notebooks import POOLED, MIME, execute_example
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, POOLED]  # POOLED: the first test to read a notebook runs the pool
 
 
 @pytest.fixture(scope="module")

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from ..support.notebooks import errors, execute_example, outputs, reports, stream_text
+from ..support.notebooks import POOLED, errors, execute_example, outputs, reports, stream_text
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, POOLED]  # POOLED: the first test to read a notebook runs the pool
 
 
 @pytest.fixture(scope="module")

@@ -8,6 +8,7 @@ it), and no process of the kernel (ranks, JVM, workers, servers) left once the k
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,6 +68,8 @@ async def run_page(page: Path, folder: Path) -> PageRun:
     todo = [b for b in page_blocks if not b.skip]
     if todo and todo[0].source.strip() == LOAD:
         todo = todo[1:]  # the page's own first cell is the one this runner adds
+    if not todo:
+        return result  # every block needs what CI lacks: no kernel to start
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell(LOAD)] + [nbformat.v4.new_code_cell(b.source) for b in todo]
     client = NotebookClient(nb, timeout=CELL_TIMEOUT, kernel_name="python3", allow_errors=True,
@@ -74,7 +77,7 @@ async def run_page(page: Path, folder: Path) -> PageRun:
     t0 = time.monotonic()
     left: set[int] = set()
     try:
-        async with client.async_setup_kernel():
+        async with client.async_setup_kernel(env=reader_env()):
             pid = client.km.provisioner.process.pid if client.km and client.km.provisioner else None
             for index, cell in enumerate(nb.cells):
                 await client.async_execute_cell(cell, index)
@@ -97,30 +100,50 @@ async def run_page(page: Path, folder: Path) -> PageRun:
     return result
 
 
+def reader_env() -> dict[str, str]:
+    """The environment a reader's kernel has: this one's, less the test session's warm-up switch (tests/conftest.py
+    turns the warm-up off for the kernels tests start themselves; a reader's notebook warms up as it loads)."""
+    return {k: v for k, v in os.environ.items() if k != "JUPYTER_TORCHDIST_WARMUP"}
+
+
 def run_pages(pages: list[Path], folder: Path, at_once: int = 2) -> dict[Path, PageRun]:
     """Run the pages, ``at_once`` kernels at a time (the longest first, by their number of blocks), each in a
     subfolder of ``folder``; by page."""
-    async def all_pages() -> list[PageRun]:
-        gate = asyncio.Semaphore(at_once)
+    return asyncio.run(run_pool(pages, [], folder, at_once))[0]
 
-        async def one(i: int, page: Path) -> PageRun:
-            async with gate:
-                sub = folder / f"{i:02d}-{page.stem}"
-                sub.mkdir(parents=True, exist_ok=True)
-                return await run_page(page, sub)
 
-        order = sorted(enumerate(pages), key=lambda ip: -len(blocks(ip[1])))
-        return list(await asyncio.gather(*(one(i, p) for i, p in order)))
+async def run_pool(pages: list[Path], notebooks: list[tuple[str, Any]], folder: Path,
+                   at_once: int = 2) -> tuple[dict[Path, PageRun], dict[str, Any]]:
+    """Pages and notebooks through one pool of ``at_once`` kernels, the longest first (by their cells), so the two
+    cores stay busy to the end: the pages' runs by page, and by name what each notebook job returned (or raised).
+    ``notebooks``: (name, an async job that executes it and returns the executed notebook)."""
+    gate = asyncio.Semaphore(at_once)
+    page_runs: dict[Path, PageRun] = {}
+    executed: dict[str, Any] = {}
 
-    return {r.page: r for r in asyncio.run(all_pages())}
+    async def page_job(i: int, page: Path) -> None:
+        async with gate:
+            sub = folder / f"{i:02d}-{page.stem}"
+            sub.mkdir(parents=True, exist_ok=True)
+            page_runs[page] = await run_page(page, sub)
+
+    async def notebook_job(name: str, job: Any) -> None:
+        async with gate:
+            try:
+                executed[name] = await job()
+            except Exception as exc:  # raised in the test that reads this notebook
+                executed[name] = exc
+
+    jobs = [(len(blocks(p)), page_job(i, p)) for i, p in enumerate(pages)]
+    jobs += [(getattr(job, "cells", 0), notebook_job(name, job)) for name, job in notebooks]
+    await asyncio.gather(*(j for _, j in sorted(jobs, key=lambda cj: -cj[0])))
+    return page_runs, executed
 
 
 def main(argv: list[str]) -> int:
     """``python -m tests.support.doc_run PAGE...``: run pages as the doc test does and say what went wrong (exit 1)."""
-    import os
     import tempfile
 
-    os.environ.setdefault("JUPYTER_TORCHDIST_WARMUP", "0")  # as under pytest (tests/conftest.py)
     runs = run_pages([Path(p).resolve() for p in argv], Path(tempfile.mkdtemp(prefix="doc-run-")))
     for run in runs.values():
         print(f"{run.name}: {run.seconds:.1f} s, {len(run.ran)} blocks run, {len(run.skipped)} skipped: "

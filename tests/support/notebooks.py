@@ -5,25 +5,21 @@ from typing import Any
 
 import pytest
 
-from . import EXAMPLES, ROOT
 
 MIME = "application/vnd.jupyter-torchdist.run+json"
-EXECUTED = ROOT / "build" / "executed"  # git-ignored; the docs render these copies (docs/conf.py)
+POOL_TIMEOUT_S = 2400  # the first test to read a notebook runs the whole pool (support/pool.py): about 15 minutes
+POOLED = pytest.mark.timeout(POOL_TIMEOUT_S)
 
 
 def execute_example(name: str, *, store_widget_state: bool = False) -> Any:
-    """Execute ``examples/<name>`` top to bottom in a fresh kernel, from the examples folder; the notebook.
+    """``examples/<name>`` as executed top to bottom in a fresh kernel, from the examples folder, as a reader's (the
+    warm-up on), through the pool every notebook of the tests runs in (``pool.py``). ``store_widget_state``: the
+    example keeps its widget state (``pool.WIDGET_STATE`` lists those)."""
+    pytest.importorskip("nbformat")
+    from .pool import WIDGET_STATE, example
 
-    The executed notebook is also written to ``build/executed/<name>``, for the docs' examples pages."""
-    nbformat = pytest.importorskip("nbformat")
-    from nbclient import NotebookClient
-
-    nb = nbformat.read(EXAMPLES / name, as_version=4)
-    NotebookClient(nb, timeout=300, kernel_name="python3", store_widget_state=store_widget_state,
-                   resources={"metadata": {"path": str(EXAMPLES)}}).execute()
-    EXECUTED.mkdir(parents=True, exist_ok=True)
-    nbformat.write(nb, str(EXECUTED / name))
-    return nb
+    assert store_widget_state == (name in WIDGET_STATE), f"{name}: pool.WIDGET_STATE says which keep widget state"
+    return example(name)
 
 
 def outputs(nb: Any) -> list[Any]:

@@ -147,15 +147,13 @@ def _rooms(folder: Path) -> dict[Path, list[str]]:
 
 
 def test_the_kernel_and_the_launchers_are_rooms_by_feature_each_saying_what_lives_there():
-    """``kernel/`` keeps at most 15 modules at its top, its features in rooms of about a dozen modules at most, each
-    with a docstring that says what lives there (issue 50); ``launchers/`` keeps its backends at the top."""
-    top = [p.stem for p in (PKG / "kernel").glob("*.py") if p.stem != "__init__"]
-    assert len(top) <= 15, sorted(top)
+    """``kernel/`` keeps its features in rooms, each with a docstring that says what lives there (issue 50; how many
+    modules a room holds is for review, issue 57); ``launchers/`` keeps its backends at the top."""
     for folder in (PKG / "kernel", PKG / "launchers"):
         rooms = _rooms(folder)
         assert rooms, f"{folder.name}/ has no rooms"
         for room, modules in rooms.items():
-            assert len(modules) <= 12, f"{room.relative_to(PKG)} holds {len(modules)} modules: split it by feature"
+            assert modules, f"{room.relative_to(PKG)} is an empty room"
             doc = ast.get_docstring(ast.parse((room / "__init__.py").read_text()))
             assert doc and len(doc) > 40, f"{room.relative_to(PKG)}/__init__.py says nothing of what lives there"
 

@@ -6,7 +6,7 @@ import queue
 from jupyter_torchdist.core import contract as C
 from jupyter_torchdist.core.errors import RunInterrupted
 from jupyter_torchdist.core.options import RunOptions
-from jupyter_torchdist.kernel.runs.registry import new_run
+from jupyter_torchdist.kernel.runs.history import new_run
 from jupyter_torchdist.kernel.state.run import RunState
 
 

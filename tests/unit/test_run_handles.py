@@ -1,4 +1,4 @@
-"""The handles a notebook holds (kernel/runs/run.py, kernel/runs/registry.py, kernel/sweeps/comparison.py,
+"""The handles a notebook holds (kernel/runs/run.py, kernel/runs/history.py, kernel/sweeps/comparison.py,
 kernel/runs/view_requests.py):
 states, waiting, values and errors, stops that reach only their run, and the tables. No ranks: the drivers' side is
 played here."""
@@ -13,7 +13,7 @@ from jupyter_torchdist.core import contract as C
 from jupyter_torchdist.core.errors import RankFailure, RunFailed, RunInterrupted
 from jupyter_torchdist.kernel.runs import view_requests as control
 from jupyter_torchdist.kernel.runs.run import RunList
-from jupyter_torchdist.kernel.runs.registry import new_run
+from jupyter_torchdist.kernel.runs.history import new_run
 from jupyter_torchdist.kernel.sweeps.comparison import metric_of, results_rows, sweep_snapshot
 from jupyter_torchdist.core.options import RunOptions
 

@@ -8,7 +8,7 @@ import pytest
 import jupyter_torchdist as jt
 from jupyter_torchdist.core.errors import LaunchError
 from jupyter_torchdist.kernel.runs import driver
-from jupyter_torchdist.kernel.runs.registry import runs
+from jupyter_torchdist.kernel.runs.history import runs
 
 
 class Broken(RuntimeError):

@@ -10,7 +10,7 @@ import pytest
 
 from jupyter_torchdist.core.options import RunOptions
 from jupyter_torchdist.core.trackers import REGISTRY
-from jupyter_torchdist.tracking import registry
+from jupyter_torchdist.tracking import sinks as registry
 from jupyter_torchdist.tracking.sink import Ledger
 
 

@@ -10,7 +10,7 @@ from ...core.options import RunOptions
 from ...views import NullView, make_view
 from ..runs.driver import Work, launch_background
 from ..runs.run import Run
-from ..runs.registry import find, last_background
+from ..runs.history import find, last_background
 from ..sweeps.sweep import Sweep
 from ..sweeps.start import sweep_cell
 

@@ -19,7 +19,7 @@ from ..cell import CellSyntaxError, compile_cell
 from ..runs.idle import DEFAULT_IDLE_S, IDLE_ENV, IdleWatch, idle_seconds
 from ..kept.ranks import notebook_ranks
 from ..runs.driver import Work, launch
-from ..runs.registry import runs
+from ..runs.history import runs
 from ...tracking import prefetch_defaults
 from ...tracking.shipper import resume as resume_tracking
 

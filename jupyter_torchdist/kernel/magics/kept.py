@@ -18,7 +18,7 @@ from ..runs.driver import Pool, RunDriver, Work, start_on_thread
 from ..runs.rankset import RankSet
 from ..runs.restarts import Attempt
 from ..runs.run import RunResult
-from ..runs.registry import background_going, new_run
+from ..runs.history import background_going, new_run
 
 __all__ = ["run_kept", "stop_kept", "kept", "debug_kept"]
 

@@ -33,7 +33,7 @@ from ..code_ship import missing_module_hints
 from ..pickling import Packed, pack
 from ..state.run import RunState
 from .rankset import Hooks, RankSet
-from .registry import background_going, last_result, new_run
+from .history import background_going, last_result, new_run
 from .restarts import Attempt, CheckpointFolder, ContinuedView, failed_attempt
 from .run import RunResult
 from .run import Run

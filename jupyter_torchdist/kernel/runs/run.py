@@ -5,7 +5,7 @@ a ``Run``: its number, title and state (queued, running, done, failed, stopped; 
 stopped_early), and
 once it has ended its value or its error and its ``RunResult``. The handle is filled in by whoever drives the run
 (``driver.py``); the notebook waits on it, asks for its value or stops it, from any thread. It is a
-``Handle`` (``kernel/handle.py``), as a sweep is. The kernel's list of its runs is ``registry.py``.
+``Handle`` (``kernel/handle.py``), as a sweep is. The kernel's list of its runs is ``history.py``.
 """
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ from typing import Any, Final
 
 from ...core import contract as C
 from .debugging import tell_foreground
-from .registry import find
+from .history import find
 from .supervisor import FOCUS_MAX
 
 __all__ = ["register", "unregister", "REQUEST_TYPE", "REPLY_TYPE"]

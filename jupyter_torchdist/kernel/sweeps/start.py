@@ -16,7 +16,7 @@ from ...core.search_options import reduction_factor, search_kind
 from ...core.space import Choice, Space, describe_space
 from ...launchers.limits import check_background
 from ...rank.sweep_params import WithGlobals
-from ..runs.registry import background_going
+from ..runs.history import background_going
 from ..runs.driver import RunDriver, Work, prepare_background
 from .search import make_search
 from .study import ENDED_FOR_GOOD, Member, StudyStore, commit_folder, open_study, storable

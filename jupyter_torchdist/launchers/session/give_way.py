@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from . import autostart as embedded, jvm as spark_jvm, embedded as spark_session
+from . import autostart, embedded, jvm as spark_jvm
 from ..spark_jobs import held_slots
 
 __all__ = ["install", "uninstall", "runs_on_embedded"]
@@ -39,13 +39,13 @@ _JVM_LAUNCH = ("spark.driver.memory", "spark.driver.extraJavaOptions", "spark.dr
 def _embedded_for(builder: Any) -> Any:
     """The embedded session for a builder that asks for nothing of its own (else None): started or waited for."""
     options = dict(getattr(builder, "_options", {}) or {})
-    if _asked_master(builder) or set(options) & set(_JVM_LAUNCH) or not embedded.allowed() \
-            or not embedded.java_available():
+    if _asked_master(builder) or set(options) & set(_JVM_LAUNCH) or not autostart.allowed() \
+            or not autostart.java_available():
         return None
-    session, is_embedded = spark_session.get_session()  # waits for a start under way
+    session, is_embedded = embedded.get_session()  # waits for a start under way
     if not is_embedded:
         return None  # the notebook has a session of its own: pyspark returns it
-    embedded.wanted()  # its Python workers warm up in the background
+    autostart.wanted()  # its Python workers warm up in the background
     for key, value in options.items():
         if key != "spark.app.name":
             try:
@@ -53,7 +53,7 @@ def _embedded_for(builder: Any) -> Any:
             except Exception:
                 print(f"jupyter-torchdist: {key} cannot change on the running embedded session; build the session "
                       "before %load_ext (or set JUPYTER_TORCHDIST_WARMUP=0) for it to apply", file=sys.stderr)
-    spark_session.activate(session)
+    embedded.activate(session)
     return session
 
 
@@ -69,8 +69,8 @@ def _give_way(builder: Any) -> None:
     late = sorted(set(getattr(builder, "_options", {}) or {}) & set(_JVM_LAUNCH))
     if (not asked and not late) or (asked or "").startswith("sc://"):
         return  # "the" session (the embedded one is it), or a remote Connect server (no SparkContext here)
-    spark_session.wait_for_warm_up()
-    session = spark_session.embedded_session()
+    embedded.wait_for_warm_up()
+    session = embedded.embedded_session()
     if not spark_jvm.jvm_is_ours() or (session is not None and asked and session.sparkContext.master == asked
                                        and not late):
         return  # a JVM the notebook started itself: pyspark decides, as without the extension
@@ -80,7 +80,7 @@ def _give_way(builder: Any) -> None:
               "again.", file=sys.stderr)
         return
     _wait_for_runs()
-    spark_session.stop_embedded_session(jvm=True)
+    embedded.stop_embedded_session(jvm=True)
     print(f"jupyter-torchdist: stopped its embedded local Spark session and its JVM so that the session you asked "
           f"for ({asked or ', '.join(late)}) starts as it would without the extension; runs now go to it.",
           file=sys.stderr)
@@ -108,7 +108,7 @@ def install() -> None:
 
     @functools.wraps(_original)
     def get_or_create(builder: Any) -> Any:
-        if spark_session.building():
+        if embedded.building():
             return _original(builder)  # our own start of the embedded session
         try:
             session = _embedded_for(builder)
@@ -118,8 +118,8 @@ def install() -> None:
         except Exception:
             pass  # never stand between the notebook and its session
         session = _original(builder)
-        if not spark_session.is_embedded(session):
-            embedded.own_session_built()
+        if not embedded.is_embedded(session):
+            autostart.own_session_built()
         return session
 
     SparkSession.Builder.getOrCreate = get_or_create  # type: ignore[method-assign,assignment]
