@@ -9,6 +9,7 @@ import types
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from .cell import names_read
 from ..core.travel import Pickler, dumps
 from ..core.brief import human_bytes
 from ..data.frame_handles import reduce_dataframe
@@ -80,21 +81,13 @@ def _dumps(obj: Any) -> bytes:
     return dumps(obj, _Pickler)
 
 
-def _code_names(code: types.CodeType) -> set[str]:
-    names = set(code.co_names)
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):
-            names |= _code_names(const)
-    return names
-
-
 def referenced_globals(fn: Callable[..., Any]) -> dict[str, Any]:
     """The notebook globals a function refers to (what cloudpickle will capture by value)."""
     code = getattr(fn, "__code__", None)
     if code is None:
         return {}
     glb = getattr(fn, "__globals__", {})
-    return {name: glb[name] for name in sorted(_code_names(code))
+    return {name: glb[name] for name in sorted(names_read(code))
             if name in glb and not (hasattr(builtins, name) and glb[name] is getattr(builtins, name))}
 
 
