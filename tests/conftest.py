@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from .support.workers import pytest_xdist_make_scheduler  # noqa: F401  (-n: the worker groups, support/workers.py)
+
 os.environ.setdefault("JUPYTER_TORCHDIST_WARMUP", "0")
 # Every test JVM without the optimising JIT, as the clusters' (support/cluster.py's FAST_JVM): a Spark driver started
 # by spark-submit (the embedded sessions of this process and of every kernel, the Connect server) reads it. Measured

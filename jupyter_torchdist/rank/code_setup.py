@@ -207,6 +207,7 @@ class CodeSetup:
         self._lock_fd: int | None = None
         self.warnings: list[str] = []
         self.seen: dict[str, tuple[int, int]] = {}  # module file -> (size, mtime) when last (re)loaded (kept ranks)
+        self._own: tuple[list[str], dict[str, str | None]] = ([], {})  # the code's folders; each module's file if ours
 
     def activate(self) -> None:
         if self.paths:
@@ -242,13 +243,20 @@ class CodeSetup:
                 self.seen.setdefault(file, (st.st_size, st.st_mtime_ns))
 
     def _own_modules(self) -> list[tuple[str, str]]:
+        """The run's modules loaded now, with their files: under its code's folders and not an environment's packages
+        (a .venv inside the project holds torch, which is nobody's edit). Each module is looked at once, when it is
+        first seen: a rank that imported torch holds some 1,700 modules, and each kept cell asks twice."""
         roots = [os.path.realpath(p) for p in self.paths]
-        out = []
-        for name, module in list(sys.modules.items()):
-            file = getattr(module, "__file__", None)
-            if isinstance(file, str) and any(os.path.realpath(file).startswith(r + os.sep) for r in roots):
-                out.append((name, file))
-        return out
+        if roots != self._own[0]:
+            self._own = (roots, {})
+        known = self._own[1]
+        modules = sys.modules
+        for name in modules.keys() - known.keys():
+            file = getattr(modules.get(name), "__file__", None)
+            real = os.path.realpath(file) if isinstance(file, str) else ""
+            own = any(real.startswith(r + os.sep) for r in roots) and not _installed(os.path.dirname(real))
+            known[name] = file if own else None
+        return [(name, file) for name, file in known.items() if file is not None and name in modules]
 
     def reload_edited(self) -> list[str]:
         """Modules of the run's code whose files changed since they were loaded, reloaded in the order they were

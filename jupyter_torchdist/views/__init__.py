@@ -58,7 +58,9 @@ def make_view(shell: Any, quiet: bool = False, background: bool = False) -> RunV
         except ImportError:  # anywidget missing
             live_available = None  # type: ignore[assignment]
         if live_available is not None and live_available():
-            return LiveView(background=background)
+            from .live import SHOW_AFTER_S
+
+            return LiveView(background=background, show_after=0.0 if background else SHOW_AFTER_S)
         from .display import DisplayView
 
         return DisplayView()

@@ -43,6 +43,9 @@ TABLE_BYTES_S: Final = 40_000      # the many-rank table's
 TABLE_MIN_S: Final = 1.0           # ... sent at most once a second
 REPORT_PLACED: Final = "report-placed"  # the front end's word: the report is in the widget's place (stop.ts)
 MANY_FRAME_S: Final = 0.25         # a many-rank run's frames: each is O(ranks) to make
+# A foreground run's widget appears once the run has gone on this long: a cell that ends sooner (a kept cell, a warm
+# rerun) shows its report only, without the widget's messages (its module, its frames, its closing) before it.
+SHOW_AFTER_S: Final = 0.3
 
 
 def live_available() -> bool:
@@ -115,18 +118,28 @@ class LiveView:
 
     log_tail = REPORT.log_lines  # as many lines as the saved report keeps
 
-    def __init__(self, background: bool = False) -> None:
+    def __init__(self, background: bool = False, show_after: float = 0.0) -> None:
         self.widget: RunWidget | None = None
+        self.show_after = show_after   # a foreground run's widget waits this long (make_view: SHOW_AFTER_S)
         self._handle: Any = None
         self.background = background  # updated from the run's thread while other cells execute
         self._table_due = 0.0          # when the table may be sent again
         self._table_held = False       # a newer table waits for its turn
+        self._due: float | None = None  # a foreground run's widget is drawn from then on (SHOW_AFTER_S)
 
     @property
     def focus(self) -> frozenset[int]:
         return frozenset(self.widget.focus) if self.widget is not None else frozenset()
 
     def start(self, snapshot: dict[str, Any]) -> None:
+        """A background run's view, or a queued run's, is drawn at once; a foreground run's once it is due."""
+        if self.background or self.show_after <= 0 or snapshot.get("status") == "queued":
+            self._show(snapshot)
+        else:
+            self._due = time.monotonic() + self.show_after
+
+    def _show(self, snapshot: dict[str, Any]) -> None:
+        self._due = None
         live: dict[str, Any] = dict(live_snapshot(snapshot))
         table = live.pop("table", None) or {}
         self.widget = RunWidget(live)
@@ -134,8 +147,14 @@ class LiveView:
         self._handle = display(self.widget, display_id=True)  # type: ignore[no-untyped-call]
 
     def update(self, snapshot: dict[str, Any], *, final: bool = False) -> float | None:
-        """Send the frame; returns how long to wait before the next one (its bytes over the budget), or None."""
+        """Send the frame; returns how long to wait before the next one (its bytes over the budget, or the time
+        until the widget is due), or None."""
         if self.widget is None:
+            if self._due is None or final:
+                return None
+            if (left := self._due - time.monotonic()) > 0:
+                return left  # the supervisor draws again then, whether or not anything changed
+            self._show(snapshot)
             return None
         live: dict[str, Any] = dict(live_snapshot(snapshot))
         table = live.pop("table", None) or {}

@@ -8,6 +8,7 @@ import pytest
 
 MIME = "application/vnd.jupyter-torchdist.run+json"
 POOL_TIMEOUT_S = 2400  # the first test to read a notebook runs the whole pool (support/pool.py): about 15 minutes
+# The mark of every test that reads a pooled notebook (under -n they share one worker: support/workers.py)
 POOLED = pytest.mark.timeout(POOL_TIMEOUT_S)
 
 

@@ -189,6 +189,38 @@ def test_live_view_shows_the_report_even_if_it_never_started(built, published):
     assert MIME_TYPE in published[-1]["data"] and not published[-1]["update"]
 
 
+def test_a_foreground_run_that_ends_in_a_blink_shows_its_report_and_no_widget(built, published):
+    """make_view's foreground view waits SHOW_AFTER_S: a kept cell that ends sooner sends the report alone."""
+    view = make_view(_NotebookShell())
+    assert isinstance(view, LiveView) and view.show_after == live.SHOW_AFTER_S > 0
+    st = _busy_run(2, lines=1, steps=1)
+    st.status = "running"
+    view.start(st.snapshot(log_tail=view.log_tail))
+    hold = view.update(st.snapshot(log_tail=view.log_tail))
+    assert view.widget is None and published == []
+    assert hold is not None and 0 < hold <= live.SHOW_AFTER_S, "the supervisor is asked to draw again when it is due"
+    st.status, st.ended_at = "succeeded", 5.0
+    view.finish(st.snapshot(log_tail=view.log_tail))
+    [shown] = published
+    assert MIME_TYPE in shown["data"] and WIDGET_VIEW not in shown["data"] and not shown["update"]
+
+
+def test_a_foreground_run_that_goes_on_gets_its_widget_when_due(built, published, monkeypatch):
+    clock = [100.0]
+    monkeypatch.setattr(live.time, "monotonic", lambda: clock[0])
+    view = LiveView(show_after=0.3)
+    st = _busy_run(2, lines=1, steps=1)
+    st.status = "running"
+    view.start(st.snapshot(log_tail=view.log_tail))
+    assert view.update(st.snapshot(log_tail=view.log_tail)) == pytest.approx(0.3) and view.widget is None
+    clock[0] += 0.31
+    view.update(st.snapshot(log_tail=view.log_tail))
+    assert isinstance(view.widget, RunWidget) and WIDGET_VIEW in published[0]["data"]
+    queued = LiveView(show_after=0.3)
+    queued.start({**st.snapshot(), "status": "queued"})
+    assert queued.widget is not None, "a queued run's view is drawn at once: it says what it waits for"
+
+
 # -- the built front end -----------------------------------------------------------------------
 
 def test_built_widget_module_exports_a_render_function():

@@ -219,11 +219,12 @@ class Supervisor:
 
     def _drain(self, now: float) -> None:
         """Handle messages until the next timed check is due, and for at least ``TICK_S`` once one came: the timed
-        checks each look at every rank, so with a thousand ranks they must not run once per message."""
+        checks each look at every rank, so with a thousand ranks they must not run once per message. The message
+        that ends the run ends the wait at once (a kept cell that ends in a blink must not wait out the tick)."""
         try:
             self.handle(self.inbox.get(timeout=self.wait_timeout(now)))
             until = time.time() + TICK_S
-            while (left := until - time.time()) > 0:
+            while not self.finished(now := time.time()) and (left := until - now) > 0:
                 self.handle(self.inbox.get(timeout=left))
         except queue.Empty:
             pass
