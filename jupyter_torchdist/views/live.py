@@ -113,6 +113,11 @@ def _size(value: Any) -> int:
     return len(json.dumps(value, separators=(",", ":"), default=str))
 
 
+def _wants_the_user(snapshot: Mapping[str, Any]) -> bool:
+    """A rank waits at a pdb prompt, or the run is said to be stalled: the view shows at once, whatever its age."""
+    return bool(snapshot.get("stall")) or any(r.get("paused") for r in snapshot.get("ranks") or ())
+
+
 class LiveView:
     """The ``RunView`` of Jupyter front ends with anywidget: the widget while it runs, the report after."""
 
@@ -152,7 +157,7 @@ class LiveView:
         if self.widget is None:
             if self._due is None or final:
                 return None
-            if (left := self._due - time.monotonic()) > 0:
+            if (left := self._due - time.monotonic()) > 0 and not _wants_the_user(snapshot):
                 return left  # the supervisor draws again then, whether or not anything changed
             self._show(snapshot)
             return None

@@ -40,9 +40,11 @@ def kernel():
 
 
 def _snapshots(into: list[tuple[float, dict[str, Any]]]):
-    """A watcher keeping every live-view snapshot the cell sends, with when it came."""
+    """A watcher keeping every live-view snapshot the cell sends, with when it came: the widget's first frame (it
+    opens once the cell has run SHOW_AFTER_S, with the run as it is then) and every frame after it."""
     def watch(msg: dict[str, Any]) -> None:
-        state = msg["content"].get("data", {}).get("state", {}) if msg["msg_type"] == "comm_msg" else {}
+        opened_or_updated = msg["msg_type"] in ("comm_open", "comm_msg")
+        state = msg["content"].get("data", {}).get("state", {}) if opened_or_updated else {}
         if state.get("snapshot"):
             into.append((time.monotonic(), state["snapshot"]))
     return watch

@@ -216,6 +216,12 @@ def test_a_foreground_run_that_goes_on_gets_its_widget_when_due(built, published
     clock[0] += 0.31
     view.update(st.snapshot(log_tail=view.log_tail))
     assert isinstance(view.widget, RunWidget) and WIDGET_VIEW in published[0]["data"]
+    paused = LiveView(show_after=0.3)
+    paused.start(st.snapshot())
+    snap = st.snapshot()
+    snap["ranks"][1]["paused"] = "pdb"
+    paused.update(snap)
+    assert paused.widget is not None, "a rank at a pdb prompt wants the user: the view shows at once"
     queued = LiveView(show_after=0.3)
     queued.start({**st.snapshot(), "status": "queued"})
     assert queued.widget is not None, "a queued run's view is drawn at once: it says what it waits for"
