@@ -49,6 +49,8 @@ def numbers(paths: list[Path]) -> list[Decimal]:
 def rounds_to(x: Decimal, figure: str) -> bool:
     """Whether ``x`` (or ``x`` as a percentage) is ``figure`` at the figure's precision, half rounded up."""
     step = Decimal(1).scaleb(-len(figure.split(".")[1]))
+    if abs(x.adjusted()) > 20:
+        return False  # no figure: a commit's "557e830" read as a number
     return any((v).quantize(step, rounding=ROUND_HALF_UP) == Decimal(figure) for v in (x, x * 100))
 
 
