@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import queue
 import sys
 import time
 from typing import Any
@@ -65,34 +64,11 @@ def parse_args() -> argparse.Namespace:
     return ap.parse_args()
 
 
-def run_at_once(ks: Any, cells: list[str], timeout: float = 600) -> tuple[float, str | None]:
-    """Send every cell without waiting (Run All); seconds until the last one is idle, and its text value."""
-    t0 = time.perf_counter()
-    ids = [ks.kc.execute(cell) for cell in cells]
-    value, idle = None, set()
-    while len(idle) < len(ids):
-        try:
-            msg = ks.kc.get_iopub_msg(timeout=1)
-        except queue.Empty:
-            if time.perf_counter() - t0 > timeout:
-                raise TimeoutError(f"no idle within {timeout} s") from None
-            continue
-        parent = msg["parent_header"].get("msg_id")
-        if parent not in ids:
-            continue
-        if msg["msg_type"] == "error":
-            raise RuntimeError("cell failed:\n" + "\n".join(msg["content"]["traceback"]))
-        if msg["msg_type"] == "execute_result" and parent == ids[-1]:
-            value = msg["content"]["data"].get("text/plain")
-        if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
-            idle.add(parent)
-    return time.perf_counter() - t0, value
-
-
 def ours_first(reruns: int) -> dict[str, Any]:
     ks = common.KernelSession(env={"JUPYTER_TORCHDIST_WARMUP": "1"})
     try:
-        first, value = run_at_once(ks, ["%load_ext jupyter_torchdist", OURS])
+        got = ks.run_all(["%load_ext jupyter_torchdist", OURS], timeout=600)
+        first, value = got["seconds"], got["result"]
         second = ks.run(OURS)["seconds"]
         warm = [ks.run(OURS)["seconds"] for _ in range(reruns)]
         return {"first_s": first, "second_s": second, "rerun_s": common.median(warm), "reruns": warm,

@@ -30,28 +30,35 @@ class KernelSession:
 
     def run(self, code: str, timeout: float = 300) -> dict[str, Any]:
         """Execute a cell; seconds from the execute request to the kernel going idle again."""
+        return self.run_all([code], timeout)
+
+    def run_all(self, cells: list[str], timeout: float = 300) -> dict[str, Any]:
+        """Send every cell without waiting (as Run All does); seconds until the last is idle, the last one's value,
+        and the iopub messages of them all by type. The first cell that raised raises here."""
         t0 = time.perf_counter()
-        msg_id = self.kc.execute(code)
+        ids = [self.kc.execute(code) for code in cells]
         counts: dict[str, int] = {}
         error = None
         result = None
-        while True:
+        idle: set[str] = set()
+        while len(idle) < len(ids):
             try:
                 msg = self.kc.get_iopub_msg(timeout=1)
             except _q.Empty:
                 if time.perf_counter() - t0 > timeout:
-                    raise TimeoutError(f"cell did not finish in {timeout} s: {code[:60]!r}") from None
+                    raise TimeoutError(f"cell did not finish in {timeout} s: {cells[-1][:60]!r}") from None
                 continue
-            if msg["parent_header"].get("msg_id") != msg_id:
+            parent = msg["parent_header"].get("msg_id")
+            if parent not in ids:
                 continue
             kind = msg["msg_type"]
             counts[kind] = counts.get(kind, 0) + 1
             if kind == "error":
-                error = "\n".join(msg["content"]["traceback"])
-            elif kind == "execute_result":
+                error = error or "\n".join(msg["content"]["traceback"])
+            elif kind == "execute_result" and parent == ids[-1]:
                 result = msg["content"]["data"].get("text/plain")
             elif kind == "status" and msg["content"]["execution_state"] == "idle":
-                break
+                idle.add(parent)
         seconds = time.perf_counter() - t0
         if error:
             raise RuntimeError(f"cell failed:\n{error}")
