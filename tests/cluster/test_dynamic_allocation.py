@@ -19,6 +19,8 @@ import pytest
 from ..support.cluster import kernel_on, start, stop
 from ..support.kernel import Kernel
 
+SOLO = "executors come and go back within their idle timeout, a rank never started is said within --wait"  # workers
+
 pytestmark = [pytest.mark.spark, pytest.mark.cluster, pytest.mark.slow]
 
 IDLE_S = 3

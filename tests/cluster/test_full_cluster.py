@@ -11,6 +11,8 @@ import pytest
 
 from ..support.cluster import kernel_on, start, stop
 
+SOLO = "a waiting notebook is told within its --wait, and starts at once when the cores come back"  # workers.py
+
 pytestmark = [pytest.mark.spark, pytest.mark.cluster, pytest.mark.slow]
 
 SHARE = {"spark.cores.max": "2", "spark.executor.cores": "1"}

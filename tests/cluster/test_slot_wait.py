@@ -10,6 +10,8 @@ import pytest
 
 from ..support.cluster import add_worker, kernel_on, start, stop
 
+SOLO = "a worker that joins late gets the ranks within 30 s, and the waits end within their bounds"  # workers.py
+
 pytestmark = [pytest.mark.spark, pytest.mark.cluster]
 
 ALL_REDUCE = ("import torch, torch.distributed as dist\nt = torch.ones(1)\ndist.all_reduce(t)\n"

@@ -78,7 +78,7 @@ def test_every_relative_link_in_the_readme_resolves():
 
 
 def test_ci_runs_the_readme_test_command():
-    command = ".venv/bin/python -m pytest tests"
+    command = ".venv/bin/python -m pytest tests -n 2"
     ci = (ROOT / ".ci" / "run").read_text().splitlines()
     assert command in ci, "the test command .ci/run runs is the README's"
     assert f"```bash\n{command}\n```" in README.read_text()

@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 from ..support import ROOT
-from ..support.workers import unit_of
+from ..support.workers import order, pytest_xdist_make_scheduler, unit_of
 
 THIS = str(Path(__file__).resolve().relative_to(ROOT))
 MODULES = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").rglob("test_*.py"))
@@ -24,7 +25,7 @@ def test_every_module_that_reads_the_notebook_pool_runs_in_the_pools_unit() -> N
 def test_the_session_servers_and_the_hosts_bench_each_have_one_unit() -> None:
     assert unit_of("tests/cluster/test_cluster.py") == "cluster"
     assert unit_of("tests/cluster/test_your_code.py") == "cluster"
-    assert unit_of("tests/cluster/test_full_cluster.py") == "tests/cluster/test_full_cluster.py"  # a cluster of its own
+    assert unit_of("tests/cluster/test_full_cluster.py") == "solo:tests/cluster/test_full_cluster.py"  # its own cluster
     assert unit_of("tests/kernel/test_connect.py") == "connect"
     assert unit_of("tests/cluster/test_multihost.py") == unit_of("tests/cluster/test_multihost_placement.py") == "hosts"
 
@@ -33,3 +34,58 @@ def test_any_other_module_is_a_unit_of_its_own() -> None:
     assert unit_of("tests/kernel/test_kept_kernel.py") == "tests/kernel/test_kept_kernel.py"
     assert unit_of("tests/unit/test_workers.py") == "tests/unit/test_workers.py"
     assert len({unit_of(m) for m in MODULES}) > len(MODULES) // 2
+
+
+def test_the_modules_that_measure_bounds_on_a_quiet_machine_run_alone() -> None:
+    solo = [m for m in MODULES if unit_of(m).startswith("solo:")]
+    assert "tests/cluster/test_slot_wait.py" in solo and "tests/cluster/test_dynamic_allocation.py" in solo
+    assert sorted(solo, key=lambda m: order(unit_of(m), 1))[0] in solo
+    units = sorted({unit_of(m) for m in MODULES}, key=lambda u: order(u, 1))
+    assert units[0] == "pool" and units[-len(solo):] == sorted(units[-len(solo):], key=lambda u: order(u, 1))
+    assert all(u.startswith("solo:") for u in units[-len(solo):])
+
+
+class _Node:
+    """A worker as the scheduler sees it: the tests it was sent, and whether it was told to shut down."""
+
+    def __init__(self, name: str) -> None:
+        self.gateway = SimpleNamespace(id=name)
+        self.sent: list[int] = []
+        self.shutting_down = False
+
+    def send_runtest_some(self, indexes: list[int]) -> None:
+        self.sent.extend(indexes)
+
+    def shutdown(self) -> None:
+        self.shutting_down = True
+
+
+def test_two_workers_get_the_longest_units_first_and_a_solo_unit_only_when_the_other_is_idle() -> None:
+    ids = ["tests/unit/test_workers.py::a", "tests/cluster/test_slot_wait.py::b", "tests/kernel/test_kept_kernel.py::c",
+           "tests/cluster/test_cluster.py::d", "tests/kernel/test_docs_run.py::e"]
+    config = SimpleNamespace(getvalue=lambda name: ["2*popen"] if name == "tx" else None)  # what `-n 2` sets
+    sched = pytest_xdist_make_scheduler(config, None)
+    a, b = _Node("gw0"), _Node("gw1")
+    for node in (a, b):
+        sched.add_node(node)
+        sched.add_node_collection(node, ids)
+    sched.schedule()
+    completed: set[int] = set()
+
+    def sent(*nodes: _Node) -> list[str]:
+        return [ids[i].split("::")[1] for node in nodes for i in node.sent if i not in completed]
+
+    def run(node: _Node) -> list[str]:
+        """The node runs what it was sent, and what it is sent meanwhile, to the end."""
+        names = []
+        while todo := [i for i in node.sent if i not in completed]:
+            completed.add(todo[0])
+            names.append(ids[todo[0]].split("::")[1])
+            sched.mark_test_complete(node, todo[0])
+        return names
+
+    assert sent(a, b) == ["e", "d"]  # the pool, then the session's cluster
+    assert run(a) == ["e", "c", "a"] and not a.shutting_down  # b still runs its unit: the solo unit waits
+    assert sent(a, b) == ["d"]
+    assert run(b) == ["d", "b"]  # then b, idle, takes it
+    assert a.shutting_down and b.shutting_down
