@@ -8,18 +8,27 @@ whether there was anything to stop. Whoever drives it calls ``_end()`` once, whe
 """
 from __future__ import annotations
 
+import secrets
 import threading
 from typing import Any, Final
 
-__all__ = ["Handle"]
+__all__ = ["Handle", "new_id"]
 
 SHOWN_MAX: Final = 8   # the displays of a handle kept up to date (a cell's value, and a few looks at it later)
+
+
+def new_id() -> str:
+    """A handle's durable id: 12 random hex digits (48 bits), so no two runs of any kernel, kernel restart or user ever
+    share one in practice. The kernel's own number for a run (``run.number``) starts again at 1 with each kernel
+    process; this never does, so a stop or an attach that names it reaches that run or none."""
+    return secrets.token_hex(6)
 
 
 class Handle:
     """What every handle does: wait for its end, say its state, give its outcome, stop."""
 
     def __init__(self) -> None:
+        self.id: str = new_id()   # durable: the runs panel, ``jupyter-torchdist runs``/``stop`` and the report name it
         self._ended = threading.Event()
         self._error: BaseException | None = None
         self._shown: list[Any] = []   # the notebook's displays of it (IPython's DisplayHandle), kept up to date

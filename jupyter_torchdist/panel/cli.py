@@ -103,9 +103,8 @@ def _stop(args: argparse.Namespace, out: TextIO) -> int:
     if not going(hit.entry):
         print(f"run {args.run_id} has already ended ({hit.entry.get('state')})", file=sys.stderr)
         return 1
-    target = f"s{hit.entry['number']}" if hit.entry.get("kind") == "sweep" else str(hit.entry["number"])
     try:
-        path = ask(folder, hit.record["kernel_id"], "stop", target, by="jupyter-torchdist stop")
+        path = ask(folder, hit.record["kernel_id"], "stop", hit.entry["id"], by="jupyter-torchdist stop")
     except FileNotFoundError:
         print(f"the kernel of run {args.run_id} takes no requests: it has ended", file=sys.stderr)
         return 1

@@ -122,11 +122,11 @@ def _from_frame(entry: RunEntry, frame: Mapping[str, Any]) -> None:
         entry["ranks"] = frame["world_size"]
 
 
-def run_entry(run: Any, frame: Mapping[str, Any] | None, *, kernel_id: str, short: str, notebook: str | None,
+def run_entry(run: Any, frame: Mapping[str, Any] | None, *, kernel_id: str, notebook: str | None,
               cell: Cell | None, sweep: str | None = None) -> RunEntry:
     """The entry of ``run`` (a ``Run`` handle) with its view's latest ``frame`` (None: none yet)."""
     entry: RunEntry = {
-        "kind": "run", "id": f"{short}-{run.id}", "number": run.id, "kernel_id": kernel_id, "notebook": notebook,
+        "kind": "run", "id": run.id, "number": run.number, "kernel_id": kernel_id, "notebook": notebook,
         "cell_id": cell.cell_id if cell else None, "cell": first_line(run.title) or "",
         "background": bool(run.background), "sweep": sweep,
         "params": ", ".join(f"{k}={v}" for k, v in run.params.items())[:200] if run.params else None,
@@ -140,7 +140,7 @@ def run_entry(run: Any, frame: Mapping[str, Any] | None, *, kernel_id: str, shor
     return entry
 
 
-def sweep_entry(sweep: Any, number: int, members: list[RunEntry], *, kernel_id: str, short: str,
+def sweep_entry(sweep: Any, number: int, members: list[RunEntry], *, kernel_id: str,
                 notebook: str | None, cell: Cell | None) -> RunEntry:
     """A sweep's own row: its members' states counted, finished members over the trials planned."""
     counts: dict[str, int] = {}
@@ -152,7 +152,7 @@ def sweep_entry(sweep: Any, number: int, members: list[RunEntry], *, kernel_id: 
     state = "running" if going or not sweep.done() else "failed" if failed else \
         "stopped" if counts.get("stopped") else "done"
     return {
-        "kind": "sweep", "id": f"{short}-s{number}", "number": number, "kernel_id": kernel_id, "notebook": notebook,
+        "kind": "sweep", "id": sweep.id, "number": number, "kernel_id": kernel_id, "notebook": notebook,
         "cell_id": cell.cell_id if cell else None, "cell": first_line(sweep.title) or "", "background": True,
         "sweep": None, "params": None, "backend": next((m["backend"] for m in members if m.get("backend")), None),
         "where": next((m["where"] for m in members if m.get("where")), None),

@@ -35,7 +35,7 @@ def latest_frame(run: Any) -> Mapping[str, Any] | None:
     it is driven, an ended run's from its result (its last state, as its report shows it)."""
     sweep = getattr(run, "sweep", None)
     if sweep is not None:
-        frame = sweep.members.latest.get(run.id)
+        frame = sweep.members.latest.get(run.number)
     else:
         frame = getattr(getattr(_driver(run), "shown", None), "latest", None)
         state = getattr(run.details, "state", None) if frame is None and run.done() else None
@@ -79,8 +79,8 @@ def tracker_links(run: Any) -> list[dict[str, str]]:
 class KernelRuns:
     """What the publisher lists of this kernel's runs; it remembers cells, sweeps and links between ticks."""
 
-    def __init__(self, kernel_id: str, short: str, notebook: str | None) -> None:
-        self.kernel_id, self.short, self.notebook = kernel_id, short, notebook
+    def __init__(self, kernel_id: str, notebook: str | None) -> None:
+        self.kernel_id, self.notebook = kernel_id, notebook
         self._cells: list[Cell] = []
         self._lock = threading.Lock()
         self._sweeps: dict[int, tuple[int, Any]] = {}   # id(sweep) -> (its number, the sweep)
@@ -105,8 +105,8 @@ class KernelRuns:
             self._sweeps[key] = (len(self._sweeps) + 1, sweep)
         return self._sweeps[key][0]
 
-    def sweep_by_number(self, number: int) -> Any:
-        return next((s for n, s in self._sweeps.values() if n == number), None)
+    def sweep_by_id(self, sweep_id: str) -> Any:
+        return next((s for _, s in self._sweeps.values() if s.id == sweep_id), None)
 
     # -- entries ---------------------------------------------------------------------------------
     def entries(self, all_runs: list[Any]) -> list[RunEntry]:
@@ -122,29 +122,28 @@ class KernelRuns:
         out: list[RunEntry] = [self._entry(r, None) for r in singles if not r.done() or id(r) in ended]
         for sweep in listed_sweeps:
             number = self.sweep_number(sweep)
-            sid = f"{self.short}-s{number}"
-            members = [self._entry(r, sid) for r in sweep.runs]
+            members = [self._entry(r, sweep.id) for r in sweep.runs]
             cell = self.cell_of(sweep.started_at)
-            out.append(sweep_entry(sweep, number, members, kernel_id=self.kernel_id, short=self.short,
-                                   notebook=self.notebook, cell=cell))
+            out.append(sweep_entry(sweep, number, members, kernel_id=self.kernel_id, notebook=self.notebook,
+                                   cell=cell))
             out.extend(members)
         self.forget({e["number"] for e in out if e["kind"] == "run"})
         return out
 
     def _entry(self, run: Any, sweep_id: str | None) -> RunEntry:
         """The run's entry; an ended run's is made once (its value's repr, its last state: not redone each tick)."""
-        if run.id in self._final:
-            return self._final[run.id]
+        if run.number in self._final:
+            return self._final[run.number]
         ended = run.done()
         cell = self.cell_of(run.sweep.started_at if run.sweep is not None else run.submitted_at)
-        entry = run_entry(run, latest_frame(run), kernel_id=self.kernel_id, short=self.short,
-                          notebook=self.notebook, cell=cell, sweep=sweep_id)
+        entry = run_entry(run, latest_frame(run), kernel_id=self.kernel_id, notebook=self.notebook, cell=cell,
+                          sweep=sweep_id)
         trackers = tracker_links(run)
         entry["links"] = trackers + _ui_link(run)
         late = run.options.track and len(trackers) < len(run.options.track) and \
             time.time() - (run.ended_at or 0.0) < TRACKING_LATE_S
         if ended and not late:
-            self._final[run.id] = entry
+            self._final[run.number] = entry
         return entry
 
     def forget(self, keep: set[int]) -> None:

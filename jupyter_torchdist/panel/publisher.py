@@ -13,7 +13,6 @@ from __future__ import annotations
 import atexit
 import json
 import os
-import shutil
 import socket
 import threading
 import time
@@ -21,10 +20,10 @@ from pathlib import Path
 from typing import Any, Final
 
 from .asks import Inbox
-from .folder import registry_dir, remove, write_json
+from .folder import Held, registry_dir
 from .kernel_runs import KernelRuns, latest_frame
 from .registry import (FORMAT, HEARTBEAT_S, VERSION, KernelRecord, RunEntry, check_kernel_id, clean, kernel_file,
-                       reports_dir, short_id)
+                       reports_dir)
 from .reports import Reports
 
 __all__ = ["Publisher", "start", "stop", "current", "kernel_identity", "TICK_S", "IDLE_S", "WRITE_S"]
@@ -66,7 +65,8 @@ class Publisher:
     def __init__(self, folder: Path, kernel_id: str, notebook: str | None) -> None:
         self.folder, self.kernel_id = folder, kernel_id
         self.file = kernel_file(folder, kernel_id)
-        self.runs = KernelRuns(kernel_id, short_id(kernel_id), notebook)
+        self.registry = Held(folder)   # the folder checked now is the one written to, whatever its name comes to hold
+        self.runs = KernelRuns(kernel_id, notebook)
         self.inbox = Inbox(folder, kernel_id)
         self.reports = Reports(reports_dir(folder, kernel_id))
         self.started = time.time()
@@ -113,32 +113,34 @@ class Publisher:
 
     def _entries(self, all_runs: list[Any]) -> list[RunEntry]:
         entries = self.runs.entries(all_runs)
-        by_number = {r.id: r for r in all_runs}
+        by_id = {r.id: r for r in all_runs}
         for e in entries:
-            target = str(e["number"]) if e["kind"] == "run" else f"s{e['number']}"
+            target = e["id"]
             if e["state"] in ("done", "failed", "stopped", "stopped_early") and not self.reports.final(target):
                 if e["kind"] == "run":
-                    self.reports.run_ended(target, latest_frame(by_number[e["number"]]))
+                    self.reports.run_ended(target, latest_frame(by_id[target]))
                 else:
-                    self.reports.sweep_ended(target, self.runs.sweep_by_number(e["number"]))
+                    self.reports.sweep_ended(target, self.runs.sweep_by_id(target))
             e["report"] = self.reports.where(target)
-        self.reports.keep_only({str(e["number"]) if e["kind"] == "run" else f"s{e['number']}" for e in entries})
+        self.reports.keep_only({e["id"] for e in entries})
         return entries
 
     def _answer(self, ask: dict[str, Any], all_runs: list[Any]) -> None:
+        """A request names a run's (or sweep's) durable id: one this kernel does not own is refused (ignored), so a
+        stale panel row or an id from an earlier kernel process never stops a run of this one."""
         target, by = str(ask["target"]), str(ask.get("by") or "the runs panel")
-        if target.startswith("s"):
-            sweep = self.runs.sweep_by_number(int(target[1:]))
-            if sweep is not None and ask["kind"] == "stop":
+        sweep = self.runs.sweep_by_id(target)
+        if sweep is not None:
+            if ask["kind"] == "stop":
                 sweep.stop()
-            elif sweep is not None:
-                self.reports.wanted(target, sweep, None)
+            else:
+                self.reports.wanted(target, None, sweep)
             return
-        run = next((r for r in all_runs if r.id == int(target)), None)
+        run = next((r for r in all_runs if r.id == target), None)
         if run is not None and ask["kind"] == "stop":
             run.stop(by)
         elif run is not None:
-            self.reports.wanted(target, run, latest_frame(run))
+            self.reports.wanted(target, latest_frame(run))
 
     # -- the file --------------------------------------------------------------------------------
     def record(self, entries: list[RunEntry], now: float, ended: float | None = None) -> KernelRecord:
@@ -153,7 +155,7 @@ class Publisher:
         text = json.dumps(entries, sort_keys=True, default=str)
         if text == self._last_text and not force and ended is None:
             return False
-        write_json(self.file, self.record(entries, now, ended))
+        self.registry.write(self.file.name, self.record(entries, now, ended))
         self._last_text, self._last_write = text, now
         self.writes += 1
         return True
@@ -170,6 +172,7 @@ class Publisher:
                 self.write(self._entries(_kernel_runs()), ended=time.time())
                 self.inbox.close()
                 self.reports.close()
+                self.registry.close()
             except Exception as exc:
                 self.problem = f"{type(exc).__name__}: {exc}"
 
@@ -177,8 +180,10 @@ class Publisher:
         """The extension is unloaded while the kernel lives on: its runs go on, unlisted (no file, no requests)."""
         if self._halt():
             self.inbox.close()
-            remove(self.file)
-            shutil.rmtree(self.reports.path, ignore_errors=True)
+            self.reports.close()
+            self.registry.remove(self.file.name)
+            self.registry.remove_tree(self.reports.path.name)
+            self.registry.close()
 
     def _halt(self) -> bool:
         if self._stopped.is_set():
@@ -210,7 +215,7 @@ def start(shell: Any) -> Publisher | None:
         clean(folder)
         kernel_id, notebook = kernel_identity(shell)
         publisher = Publisher(folder, kernel_id, notebook)
-    except (OSError, ValueError, AssertionError):
+    except Exception:   # whatever is in the folder, loading the extension goes on (without the panel)
         return None
     _One.hook = lambda info: publisher.runs.cell_started(info, time.time())
     shell.events.register("pre_run_cell", _One.hook)

@@ -7,20 +7,25 @@ A kernel that died without that last write (killed, its machine gone) is told by
 than ``STALE_S``: its runs that had not ended show as ``lost``. Files of kernels gone longer than ``KEEP_S`` are
 removed by the next kernel or server that looks.
 
+A reader trusts no file further than its fields' types: a record or an entry is taken field by field (``_record``,
+``_entry``: a field of the wrong type is dropped, an entry without a usable id or a record without a usable pid is
+skipped), so one malformed file (written by an older version, by hand, or by someone else) costs only itself, never
+the list, a report, a stop or ``%load_ext``. A link is kept only when it is an ``http(s)`` address.
+
 Beside each file: ``kernel-<id>.asks/`` (requests to the kernel: ``asks.py``) and ``kernel-<id>.reports/`` (the
 reports of its runs, ``run-<n>.json`` / ``sweep-<n>.json``: a run snapshot, as the notebook's report holds it).
 """
 from __future__ import annotations
 
+import math
 import os
 import re
-import shutil
 import socket
 import time
 from pathlib import Path
 from typing import Any, Final, TypedDict
 
-from .folder import read_json, remove
+from .folder import Held
 
 __all__ = ["FORMAT", "VERSION", "RunEntry", "KernelRecord", "ENDED", "HEARTBEAT_S", "STALE_S", "KEEP_S",
            "kernel_file", "asks_dir", "reports_dir", "read_records", "kernel_state", "clean", "check_kernel_id",
@@ -29,11 +34,15 @@ __all__ = ["FORMAT", "VERSION", "RunEntry", "KernelRecord", "ENDED", "HEARTBEAT_
 FORMAT: Final = "jupyter-torchdist-runs"
 VERSION: Final = 1
 ENDED: Final = ("done", "failed", "stopped", "stopped_early", "lost")
+STATES: Final = ("queued", "starting", "running", "stopping", *ENDED)
 HEARTBEAT_S: Final = 30.0     # a living kernel rewrites its file at least this often
 STALE_S: Final = 300.0        # ... so a file this much older than that is a dead kernel's (a reused pid, another host)
 KEEP_S: Final = 24 * 3600.0   # an ended kernel's file (``runs --all``) is kept this long after its end
 _KERNEL_ID: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _FILE: Final = re.compile(r"^kernel-(.+)\.json$")
+_ID: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
+_TEXT_MAX: Final = 2000
+_LIST_MAX: Final = 10_000
 
 
 class RunEntry(TypedDict, total=False):
@@ -107,24 +116,110 @@ def reports_dir(folder: Path, kernel_id: str) -> Path:
     return folder / f"kernel-{check_kernel_id(kernel_id)}.reports"
 
 
-def _valid(value: Any) -> bool:
-    return (isinstance(value, dict) and value.get("format") == FORMAT and value.get("version") == VERSION
-            and isinstance(value.get("kernel_id"), str) and isinstance(value.get("entries"), list)
-            and isinstance(value.get("pid"), int) and isinstance(value.get("updated"), (int, float)))
+def _text(value: Any) -> str | None:
+    return value[:_TEXT_MAX] if isinstance(value, str) else None
+
+
+def _real(value: Any) -> float | None:
+    """A finite number (never a bool), as a float; None otherwise."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:   # an int past a float's range
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _whole(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and abs(value) < 2**53 else None
+
+
+def _metric(value: Any) -> dict[str, Any] | None:
+    if not isinstance(value, dict) or not isinstance(value.get("name"), str):
+        return None
+    number = value.get("value")
+    shown = number if isinstance(number, str) and number in ("nan", "inf", "-inf") else _real(number)
+    return {"name": value["name"][:200], "value": shown}
+
+
+def _link(value: Any) -> dict[str, str] | None:
+    """A link the panel may draw: a web address (http or https: never ``javascript:``, ``data:`` ...), or a path."""
+    if not isinstance(value, dict) or not isinstance(value.get("label"), str):
+        return None
+    link = {"kind": _text(value.get("kind")) or "", "label": value["label"][:200]}
+    url, path = value.get("url"), value.get("path")
+    if isinstance(url, str) and re.match(r"^https?://[^\s]+$", url, re.I) and len(url) <= _TEXT_MAX:
+        link["url"] = url
+    elif isinstance(path, str):
+        link["path"] = path[:_TEXT_MAX]
+    else:
+        return None
+    return link
+
+
+_FIELDS: Final[dict[str, Any]] = {
+    **dict.fromkeys(("kernel_id", "notebook", "cell_id", "cell", "sweep", "params", "backend", "where", "status",
+                     "outcome", "report"), _text),
+    **dict.fromkeys(("step", "total", "rate", "submitted", "started", "ended"), _real),
+    **dict.fromkeys(("ranks", "host_count"), _whole),
+    "background": lambda v: v if isinstance(v, bool) else None,
+    "metric": _metric,
+    "hosts": lambda v: [h[:200] for h in v[:_LIST_MAX] if isinstance(h, str)] if isinstance(v, list) else None,
+    "members": lambda v: [m for m in v[:_LIST_MAX] if isinstance(m, str) and _ID.match(m)] if isinstance(v, list)
+    else None,
+    "counts": lambda v: {k[:40]: n for k, n in v.items() if isinstance(k, str) and _whole(n) is not None}
+    if isinstance(v, dict) else None,
+    "links": lambda v: [k for k in map(_link, v[:100]) if k] if isinstance(v, list) else None,
+}
+
+
+def _entry(value: Any) -> RunEntry | None:
+    """A run or sweep as a reader may trust it: each field of its type (dropped otherwise); None without an id."""
+    if not isinstance(value, dict) or not isinstance(value.get("id"), str) or not _ID.match(value["id"]):
+        return None
+    number = _whole(value.get("number"))
+    entry: Any = {"kind": "sweep" if value.get("kind") == "sweep" else "run", "id": value["id"],
+                  "number": number if number is not None else 0,
+                  "state": value["state"] if value.get("state") in STATES else "lost"}
+    for name, take in _FIELDS.items():
+        if name in value:
+            got = take(value[name])
+            if got is not None or value[name] is None:
+                entry[name] = got
+    entry.setdefault("submitted", 0.0)
+    entry.setdefault("links", [])
+    return entry
+
+
+def _record(value: Any) -> KernelRecord | None:
+    """A kernel's file as a reader may trust it; None when it is not one of this format, or its pid or times are
+    not numbers a process or a clock could have."""
+    if not (isinstance(value, dict) and value.get("format") == FORMAT and value.get("version") == VERSION):
+        return None
+    kernel_id, pid, updated = value.get("kernel_id"), _whole(value.get("pid")), _real(value.get("updated"))
+    if not isinstance(kernel_id, str) or not _KERNEL_ID.match(kernel_id) or pid is None or not 0 < pid < 2**31 \
+            or updated is None or not isinstance(value.get("entries"), list):
+        return None
+    entries = [e for e in map(_entry, value["entries"][:_LIST_MAX]) if e is not None]
+    return {"format": FORMAT, "version": VERSION, "kernel_id": kernel_id, "pid": pid,
+            "host": _text(value.get("host")) or "", "notebook": _text(value.get("notebook")),
+            "started": _real(value.get("started")) or updated, "updated": updated, "ended": _real(value.get("ended")),
+            "entries": entries}
 
 
 def read_records(folder: Path) -> list[KernelRecord]:
     """Every kernel's file in ``folder`` that is of this format (others, torn or foreign files, are skipped)."""
     out: list[KernelRecord] = []
     try:
-        names = sorted(e.name for e in os.scandir(folder) if _FILE.match(e.name) and e.is_file(follow_symlinks=False))
+        held = Held(folder)
     except FileNotFoundError:
         return out
-    for name in names:
-        value = read_json(folder / name)
-        if _valid(value):
-            value["entries"] = [e for e in value["entries"] if isinstance(e, dict) and isinstance(e.get("id"), str)]
-            out.append(value)
+    with held:
+        for name in sorted(n for n in held.names() if _FILE.match(n)):
+            record = _record(held.read(name))
+            if record is not None and name == f"kernel-{record['kernel_id']}.json":
+                out.append(record)
     return out
 
 
@@ -156,16 +251,14 @@ def clean(folder: Path, now: float | None = None) -> int:
     """Remove the files (and asks and reports) of kernels that ended or died more than ``KEEP_S`` ago; how many."""
     now = time.time() if now is None else now
     removed = 0
-    for record in read_records(folder):
-        state = kernel_state(record, now)
-        last = float(record.get("ended") or record["updated"])
-        if state != "live" and now - last > KEEP_S:
-            kernel_id = record["kernel_id"]
-            try:
-                remove(kernel_file(folder, kernel_id))
-                for sub in (asks_dir(folder, kernel_id), reports_dir(folder, kernel_id)):
-                    shutil.rmtree(sub, ignore_errors=True)
-            except ValueError:
-                continue
+    stale = [r["kernel_id"] for r in read_records(folder)
+             if kernel_state(r, now) != "live" and now - float(r.get("ended") or r["updated"]) > KEEP_S]
+    if not stale:
+        return 0
+    with Held(folder) as held:
+        for kernel_id in stale:
+            held.remove(kernel_file(folder, kernel_id).name)
+            held.remove_tree(asks_dir(folder, kernel_id).name)
+            held.remove_tree(reports_dir(folder, kernel_id).name)
             removed += 1
     return removed

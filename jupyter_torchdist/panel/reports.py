@@ -7,7 +7,6 @@ removed. The file: ``{"mime": <the MIME type the labextension renders>, "data": 
 """
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -15,7 +14,7 @@ from typing import Any, Final
 
 from ..views.report import MIME_TYPE
 from ..views.trim import trim_snapshot
-from .folder import ensure_private, remove, write_json
+from .folder import Held
 
 __all__ = ["Reports", "RUN_MIME", "SWEEP_MIME", "report_name"]
 
@@ -25,19 +24,19 @@ LIVE_EVERY_S: Final = 1.0
 
 
 def report_name(target: str) -> str:
-    """``3`` -> ``run-3.json``; ``s2`` (a sweep) -> ``sweep-2.json``."""
-    return f"sweep-{target[1:]}.json" if target.startswith("s") else f"run-{target}.json"
+    """A run's (or sweep's) durable id -> its report's file, ``<id>.json``."""
+    return f"{target}.json"
 
 
 class Reports:
-    """The kernel's reports folder."""
+    """The kernel's reports folder, held open (``folder.Held``)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.path.mkdir(mode=0o700, exist_ok=True)
-        ensure_private(self.path)
-        for name in os.listdir(self.path):   # a restarted kernel keeps its id: its previous process's reports
-            remove(self.path / name)         # would pass for the new runs of the same numbers
+        with Held(path.parent) as registry:
+            self.held = registry.sub(path.name, create=True)
+        for name in self.held.names():   # a restarted kernel keeps its id: its previous process's reports
+            self.held.remove(name)       # would pass for the new runs of the same numbers
         self._written: dict[str, float] = {}   # target -> when its report was last written
         self._final: set[str] = set()          # targets whose last report is written
 
@@ -60,28 +59,31 @@ class Reports:
             self._write(target, SWEEP_MIME, sweep.snapshot())
             self._final.add(target)
 
-    def wanted(self, target: str, run: Any, frame: Mapping[str, Any] | None) -> None:
-        """The panel asks for the report of a run going on (or a sweep: ``run`` is then the sweep)."""
+    def wanted(self, target: str, frame: Mapping[str, Any] | None, sweep: Any = None) -> None:
+        """The panel asks for the report of a run going on (its latest ``frame``), or of a ``sweep`` going on."""
         if target in self._final or time.time() - self._written.get(target, 0.0) < LIVE_EVERY_S:
             return
-        if target.startswith("s"):
-            self._write(target, SWEEP_MIME, run.snapshot())
+        if sweep is not None:
+            self._write(target, SWEEP_MIME, sweep.snapshot())
         elif frame is not None:
             self._write(target, RUN_MIME, dict(trim_snapshot(frame)))
 
     def keep_only(self, targets: set[str]) -> None:
         """Remove the reports of runs no longer listed."""
         for target in [t for t in self._written if t not in targets]:
-            remove(self.path / report_name(target))
+            self.held.remove(report_name(target))
             self._written.pop(target, None)
             self._final.discard(target)
 
     def _write(self, target: str, mime: str, data: Any) -> None:
-        write_json(self.path / report_name(target), {"mime": mime, "data": data, "at": time.time()})
+        self.held.write(report_name(target), {"mime": mime, "data": data, "at": time.time()})
         self._written[target] = time.time()
 
     def close(self) -> None:
         """The kernel ends: its reports stay (``jupyter-torchdist runs --all`` lists its runs a while longer)."""
-        for name in os.listdir(self.path) if self.path.is_dir() else ():
+        if self.held.fd is None:
+            return
+        for name in self.held.names():
             if name.startswith("."):
-                remove(self.path / name)
+                self.held.remove(name)
+        self.held.close()

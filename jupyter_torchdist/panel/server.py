@@ -6,12 +6,16 @@
 ``POST /jupyter-torchdist/api/runs/<id>/stop``     ask the run's (or sweep's) kernel to stop it: 200 once the kernel
                                                   took the request, 202 if it has not yet (it will: its publisher looks
                                                   every 0.25 s, busy or not)
-``GET  /jupyter-torchdist/api/runs/<id>/report[?format=html]``  the run's report: ``{"mime", "data", "at"}`` (the
-                                                  snapshot the cell's report draws), or the report as a page
+``GET  /jupyter-torchdist/api/runs/<id>/report[?format=html]``  the run's report as last written: ``{"mime", "data",
+                                                  "at"}`` (the snapshot the cell's report draws), or as a page
+``POST /jupyter-torchdist/api/runs/<id>/report``   ask a running run's kernel to write its report now: 200 once written,
+                                                  202 if not yet (a GET then reads it); a GET never asks anything
 
 It reads the registry in the server's own runtime directory (``ServerApp.runtime_dir``: where its kernels' connection
-files are), never another. Polls of the list and the report do not count as the user's activity (an idle server is
-still culled while a panel stays open); a stop does.
+files are), never another. Every read and write of the registry runs on a worker thread, never in the server's event
+loop: a slow home folder, or a named pipe where a report should be, delays only that request. Polls of the list and
+the report do not count as the user's activity (an idle server is still culled while a panel stays open); a stop
+does.
 """
 from __future__ import annotations
 
@@ -21,6 +25,7 @@ import html
 import os
 import time
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any, Final
 
 from jupyter_server.auth.decorator import authorized
@@ -42,15 +47,27 @@ TAKEN_WAIT_S: Final = 3.0
 _RUN_ID: Final = r"(?P<run_id>[A-Za-z0-9._-]{1,200})"
 
 
+def _folder(runtime: str) -> Path | None:
+    try:
+        return registry_dir(Path(runtime))
+    except RegistryError as exc:
+        raise web.HTTPError(500, str(exc)) from None
+
+
+def _find(runtime: str, run_id: str) -> tuple[Path, Found]:
+    folder = _folder(runtime)
+    hit = find(folder, run_id)
+    if hit is None or folder is None:
+        raise web.HTTPError(404, f"no run {run_id} in this user's registry")
+    return folder, hit
+
+
 class _Handler(APIHandler):
     auth_resource = AUTH_RESOURCE
 
     @property
-    def folder(self) -> Path | None:
-        try:
-            return registry_dir(Path(self.settings["jupyter_torchdist_runtime_dir"]))
-        except RegistryError as exc:
-            raise web.HTTPError(500, str(exc)) from None
+    def runtime(self) -> str:
+        return str(self.settings["jupyter_torchdist_runtime_dir"])
 
     async def notebooks(self) -> dict[str, str]:
         """Kernel id -> its notebook's path now (a notebook renamed after its kernel started has a new one)."""
@@ -61,11 +78,8 @@ class _Handler(APIHandler):
             return {}
         return {s["kernel"]["id"]: s["path"] for s in listed if s.get("kernel") and s.get("path")}
 
-    def found(self, run_id: str) -> Found:
-        hit = find(self.folder, run_id)
-        if hit is None:
-            raise web.HTTPError(404, f"no run {run_id} in this user's registry")
-        return hit
+    async def found(self, run_id: str) -> tuple[Path, Found]:
+        return await asyncio.to_thread(_find, self.runtime, run_id)
 
     def send(self, body: bytes, content_type: str = "application/json") -> None:
         if len(body) >= GZIP_FROM and "gzip" in self.request.headers.get("Accept-Encoding", ""):
@@ -85,6 +99,10 @@ class _Handler(APIHandler):
         return False
 
 
+def _listed(runtime: str, everything: bool, notebooks: dict[str, str]) -> bytes:
+    return as_json(list_runs(_folder(runtime), everything, notebooks))
+
+
 class RunsHandler(_Handler):
     _track_activity = False
 
@@ -92,40 +110,58 @@ class RunsHandler(_Handler):
     @authorized
     async def get(self) -> None:
         everything = self.get_argument("all", "0").lower() in ("1", "true", "yes")
-        body = as_json(list_runs(self.folder, everything, await self.notebooks()))
+        body = await asyncio.to_thread(_listed, self.runtime, everything, await self.notebooks())
         if not self.unchanged(etag_of(body)):
             self.send(body)
 
 
 def _target(hit: Found) -> str:
-    return f"s{hit.entry['number']}" if hit.entry.get("kind") == "sweep" else str(hit.entry["number"])
+    return hit.entry["id"]
 
 
-async def _taken(path: Path, timeout: float) -> bool:
+async def _until(done: Callable[[], bool], timeout: float) -> bool:
+    """Wait (at most ``timeout``) for ``done()``, asked on a worker thread every 50 ms; whether it came true."""
     deadline = time.monotonic() + timeout
-    while os.path.exists(path):
+    while not await asyncio.to_thread(done):
         if time.monotonic() >= deadline:
             return False
         await asyncio.sleep(0.05)
     return True
 
 
+def _ask(folder: Path, hit: Found, kind: str, run_id: str) -> Path:
+    try:
+        return ask(folder, hit.record["kernel_id"], kind, _target(hit), by="the runs panel")
+    except FileNotFoundError:
+        raise web.HTTPError(409, f"the kernel of run {run_id} takes no requests: it has ended") from None
+
+
 class StopHandler(_Handler):
     @web.authenticated
     @authorized
     async def post(self, run_id: str) -> None:
-        hit = self.found(run_id)
+        folder, hit = await self.found(run_id)
         if not going(hit.entry):
             raise web.HTTPError(409, f"run {run_id} has already ended ({hit.entry.get('state')})")
-        folder = self.folder
-        assert folder is not None
-        try:
-            path = ask(folder, hit.record["kernel_id"], "stop", _target(hit), by="the runs panel")
-        except FileNotFoundError:
-            raise web.HTTPError(409, f"the kernel of run {run_id} takes no requests: it has ended") from None
-        taken = await _taken(path, TAKEN_WAIT_S)
+        path = await asyncio.to_thread(_ask, folder, hit, "stop", run_id)
+        taken = await _until(lambda: not os.path.lexists(path), TAKEN_WAIT_S)
         self.set_status(200 if taken else 202)
         self.finish(as_json({"id": run_id, "taken": taken}))
+
+
+def _report_path(folder: Path, hit: Found) -> Path:
+    return reports_dir(folder, hit.record["kernel_id"]) / report_name(_target(hit))
+
+
+def _report_of(folder: Path, hit: Found) -> Any:
+    return read_json(_report_path(folder, hit))
+
+
+def _written_at(folder: Path, hit: Found) -> float:
+    try:
+        return os.lstat(_report_path(folder, hit)).st_mtime
+    except OSError:
+        return 0.0
 
 
 class ReportHandler(_Handler):
@@ -139,16 +175,11 @@ class ReportHandler(_Handler):
     @web.authenticated
     @authorized
     async def get(self, run_id: str) -> None:
-        hit = self.found(run_id)
-        folder = self.folder
-        assert folder is not None
-        target = _target(hit)
-        path = reports_dir(folder, hit.record["kernel_id"]) / report_name(target)
-        if going(hit.entry) and hit.kernel == "live":
-            await self._fresh(folder, hit, target, path)
-        report = read_json(path)
+        folder, hit = await self.found(run_id)
+        report = await asyncio.to_thread(_report_of, folder, hit)
         if not isinstance(report, dict) or "data" not in report:
-            raise web.HTTPError(404, f"run {run_id} has no report yet (it has not started)")
+            raise web.HTTPError(404, f"run {run_id} has no report yet" +
+                                (": POST to this address asks its kernel for one" if going(hit.entry) else ""))
         report["state"] = hit.entry.get("state")
         if self.get_argument("format", "json") == "html":
             self.finish(_page(run_id, report), set_content_type="text/html; charset=utf-8")
@@ -157,18 +188,19 @@ class ReportHandler(_Handler):
         if not self.unchanged(etag_of(body)):
             self.send(body)
 
-    async def _fresh(self, folder: Path, hit: Found, target: str, path: Path) -> None:
+    @web.authenticated
+    @authorized
+    async def post(self, run_id: str) -> None:
         """A running run's report is written when asked: ask, and wait (a little) for it."""
-        before = os.stat(path).st_mtime if path.exists() else 0.0
-        try:
-            ask(folder, hit.record["kernel_id"], "report", target, by="the runs panel")
-        except FileNotFoundError:
+        folder, hit = await self.found(run_id)
+        if not going(hit.entry) or hit.kernel != "live":
+            self.finish(as_json({"id": run_id, "written": False}))   # an ended run's report is written as it ends
             return
-        deadline = time.monotonic() + TAKEN_WAIT_S
-        while time.monotonic() < deadline:
-            if path.exists() and os.stat(path).st_mtime > before:
-                return
-            await asyncio.sleep(0.05)
+        before = await asyncio.to_thread(_written_at, folder, hit)
+        await asyncio.to_thread(_ask, folder, hit, "report", run_id)
+        written = await _until(lambda: _written_at(folder, hit) > before, TAKEN_WAIT_S)
+        self.set_status(200 if written else 202)
+        self.finish(as_json({"id": run_id, "written": written}))
 
 
 def _page(run_id: str, report: dict[str, Any]) -> str:

@@ -127,14 +127,14 @@ class RunRecorder:
         params = run.params or {}
         self.folder: str | None = None
         if _files(options) or options.profile is not None:
-            self.folder = (os.path.join(parent.folder, member_name(run.id, params)) if parent is not None
-                           else os.path.join(_base(options), folder_name("run", run.id, run.submitted_at)))
+            self.folder = (os.path.join(parent.folder, member_name(run.number, params)) if parent is not None
+                           else os.path.join(_base(options), folder_name("run", run.number, run.submitted_at)))
         self.journal: Journal | None = None
         if options.track:
             self.journal = parent.journal if parent is not None else _open(options)
             run.record_key = self.key   # its handle's tracking (each tracker's run)
             if parent is not None:
-                parent.members[run.id] = self.key
+                parent.members[run.number] = self.key
         self.traces: list[str] = []
         self._reports = 0
         self.began = False
@@ -172,10 +172,10 @@ class RunRecorder:
         run, o = self.run, self.options
         self.began = True
         params = {**{k: v for k, v in o.summary().items() if v not in (None, False)}, **(run.params or {})}
-        name = params_label(run.params) if run.params else f"run {run.id}: {run.title}"[:250]
+        name = params_label(run.params) if run.params else f"run {run.number}: {run.title}"[:250]
         self._append({"k": "run", "key": self.key, "parent": self.parent.key if self.parent else None,
                       "experiment": experiment_name(o.experiment), "name": name, "params": params,
-                      "tags": {"jtd.kind": "member" if self.parent else "run", "jtd.run": run.id},
+                      "tags": {"jtd.kind": "member" if self.parent else "run", "jtd.run": run.number},
                       "at": int(time.time() * 1000), "folder": self.folder if _files(o) else None,
                       "for": extras(o.track)})
 

@@ -69,6 +69,7 @@ def _header(snap: RunSnapshot) -> str:
     world = snap["world_size"]
     meta = ([snap["backend"]] if snap["backend"] else []) + [f"{world} rank{'s' if world != 1 else ''}",
                                                              duration(snap["elapsed_s"])]
+    meta += [f"id {snap['id']}"] if snap.get("id") else []   # the run's durable id (run.id)
     out = (f'<div style="display:flex;flex-wrap:wrap;align-items:center;gap:10px"><span style="padding:2px 9px;'
            f'border-radius:10px;font-size:11px;font-weight:600;text-transform:uppercase;letter-spacing:.03em;'
            f'color:#fff;background:{colour(snap["status"])}">{_e(status_label(snap["status"]))}</span>'

@@ -48,6 +48,7 @@ def _head(snap: RunSnapshot) -> list[str]:
     head = [snap["title"] or "%%distribute", status_label(snap["status"]).upper()]
     head += [snap["backend"]] if snap["backend"] else []
     head += [f"{world} rank{'s' if world != 1 else ''}", duration(snap["elapsed_s"])]
+    head += [f"id {snap['id']}"] if snap.get("id") else []   # the run's durable id (run.id)
     lines = [" \u00b7 ".join(head)]
     lines += [snap["headline"]] if snap["headline"] else []
     lines += [snap["stall"]] if snap["stall"] else []

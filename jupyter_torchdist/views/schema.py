@@ -181,6 +181,7 @@ class RunSnapshot(TypedDict):
     ranks: list[RankSnapshot]
     stall: str | None       # no rank moves and one waits in a collective: what the view says (the run goes on)
     run_id: int | None      # the kernel's number for the run (jupyter_torchdist.runs())
+    id: str | None          # the run's durable id (run.id): the runs panel, the command line and attach name it
     background: bool        # the notebook went on while it ran: its Stop stops this run only
     summary: SummarySnapshot | None  # runs of more than MANY_RANKS ranks: ``ranks`` then holds only the
     table: TableSnapshot | None      # failed, outlier and asked-for ranks, and ``table`` every rank

@@ -280,6 +280,7 @@ def trim_snapshot(snapshot: Mapping[str, Any], budget: Budget = REPORT) -> RunSn
         "ranks": ranks,
         "stall": None if not snapshot.get("stall") else clip(snapshot.get("stall"), SUMMARY_CHARS),
         "run_id": _int(snapshot.get("run_id")), "background": snapshot.get("background") is True,
+        "id": clip(snapshot["id"], 40) if isinstance(snapshot.get("id"), str) else None,
         "summary": _trim_summary(snapshot.get("summary")), "table": _trim_table(snapshot.get("table")),
         "profile": _trim_profile(snapshot.get("profile")),
     }

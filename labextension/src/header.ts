@@ -66,6 +66,12 @@ function metaLine(snap: IRunSnapshot, ranks: IRankSnapshot[], live: ILiveOptions
   );
   time.title = 'elapsed';
   meta.appendChild(time);
+  const id = str(snap.id);
+  if (id) {
+    const tag = el('span', `${P}-runId`, ` \u00b7 id ${id}`);
+    tag.title = "the run's durable id: the runs panel and `jupyter-torchdist runs` list it, `jupyter-torchdist stop` takes it";
+    meta.appendChild(tag);
+  }
   return meta;
 }
 

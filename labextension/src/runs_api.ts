@@ -106,6 +106,12 @@ export class RunsClient {
     return response.status === 200;
   }
 
+  /** Ask a running run's kernel to write its report now (a GET only reads what is written); true once written. */
+  async freshReport(id: string): Promise<boolean> {
+    const response = await this.request(`runs/${encodeURIComponent(id)}/report`, { method: 'POST' });
+    return response.status === 200;
+  }
+
   /** The run's report; null when unchanged since `etag`. */
   async report(id: string, etag: string | null): Promise<{ report: IRunReport; etag: string | null } | null> {
     const headers: Record<string, string> = etag ? { 'If-None-Match': etag } : {};

@@ -46,6 +46,9 @@ export class RunReportTab extends Widget {
     }
     let going = true;
     try {
+      if (this._going) {
+        await this.client.freshReport(this.entry.id).catch(() => false); // a running run's, written when asked
+      }
       const got = await this.client.report(this.entry.id, this._etag);
       if (got) {
         this._etag = got.etag;

@@ -68,7 +68,7 @@ function button(action: string, label: string, title: string, disabled = false):
 
 function links(e: IRunEntry): HTMLElement[] {
   return e.links.map(link => {
-    if (link.url) {
+    if (link.url && /^https?:\/\//i.test(link.url)) {
       const a = el('a', `${R}-link`, `${link.label} \u2197`);
       a.href = link.url;
       a.target = '_blank';
@@ -121,7 +121,9 @@ function head(e: IRunEntry, state: IRunsState, member: boolean): HTMLElement {
   badge.dataset.state = e.state;
   line.appendChild(badge);
   line.appendChild(title(e, member));
-  line.appendChild(el('span', `${R}-id`, e.kind === 'sweep' ? `#s${e.number}` : `#${e.number}`));
+  const id = el('span', `${R}-id`, e.kind === 'sweep' ? `#s${e.number} ${e.id}` : `#${e.number} ${e.id}`);
+  id.title = "its kernel's number, then its durable id (`jupyter-torchdist stop` takes it)";
+  line.appendChild(id);
   return line;
 }
 

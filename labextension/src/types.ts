@@ -171,6 +171,7 @@ export interface IRunSnapshot {
   stall?: string | null;
   /** The kernel's number for the run (`jupyter_torchdist.runs()`). */
   run_id?: number | null;
+  id?: string | null;
   /** The notebook went on while it ran: its Stop stops this run only (not the kernel's cell). */
   background?: boolean;
   /** Runs of more than 64 ranks: `ranks` then holds only the failed, outlier and asked-for ranks... */

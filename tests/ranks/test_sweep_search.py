@@ -98,7 +98,7 @@ def test_asha_stops_the_worse_members_early_their_ranks_leave_and_the_best_runs_
         assert r["steps"] < STEPS and r["loss_last"] is not None and "ASHA at step" in r["error"]
     assert not [p for p in _pids(tmp_path) if _alive(p)], "a stopped member's rank outlived it"
     snap = s.snapshot()
-    assert snap["counts"]["stopped_early"] == len(early) and snap["best_id"] == s.best().id
+    assert snap["counts"]["stopped_early"] == len(early) and snap["best_id"] == s.best().number
     assert [r["state"] for r in snap["runs"] if r["stopped_early_at"] is not None] == ["stopped_early"] * len(early)
     with pytest.raises(jt.MemberStoppedEarly, match="stopped early: ASHA at step"):
         next(run for run in s.runs if run.state == "stopped_early").result()
@@ -131,7 +131,7 @@ def test_a_member_that_finished_all_its_steps_is_never_called_stopped_early(tmp_
     for run, r in zip(s.runs, s.rows()):
         if r["state"] == "done":
             assert r["steps"] == 6 and r["stopped_early_at"] is None and r["error"] is None, r
-            assert run.result() == r["value"] and s.member[run.id].why is None
+            assert run.result() == r["value"] and s.member[run.number].why is None
         else:
             assert r["state"] == "stopped_early" and r["stopped_early_at"] == 4 and run.value is None, r
             assert run.details is not None and any(rank.state != "done" for rank in run.details.state.ranks), r
@@ -162,7 +162,7 @@ def test_optuna_is_told_each_members_curve_and_end_and_stops_with_the_median_rul
     assert sorted("done" if t.state.name == "COMPLETE" else "stopped_early" for t in trials.values()) == ours
     assert s.study.best_trial.params["lr"] == s.best().params["lr"]
     for run in s.runs:   # every trial carries its curve, a stopped one's to the step it was stopped at
-        member, trial = s.member[run.id], trials[s.member[run.id].token]
+        member, trial = s.member[run.number], trials[s.member[run.number].token]
         curve = trial.intermediate_values
         assert curve and max(curve) == member.steps, (curve, member)
         assert all(curve[step] == value for step, value in member.curve if step in curve)

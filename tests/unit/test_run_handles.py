@@ -81,20 +81,20 @@ def test_a_stop_reaches_the_runs_own_inbox_even_when_asked_before_its_ranks_list
 
 def test_the_views_requests_on_the_control_channel_reach_the_named_run_only():
     target, bystander = _run(), _run()
-    inboxes = {target.id: queue.SimpleQueue(), bystander.id: queue.SimpleQueue()}
-    target.attach(inboxes[target.id])
-    bystander.attach(inboxes[bystander.id])
-    assert control._accept({"want": "stacks", "run": target.id}) is True
-    assert inboxes[target.id].get_nowait().msg == {"t": C.WHERE_WANTED}
-    assert control._accept({"want": "stop", "run": target.id}) is True
-    assert inboxes[target.id].get_nowait().msg["t"] == C.STOP_WANTED and inboxes[bystander.id].empty()
+    inboxes = {target.number: queue.SimpleQueue(), bystander.number: queue.SimpleQueue()}
+    target.attach(inboxes[target.number])
+    bystander.attach(inboxes[bystander.number])
+    assert control._accept({"want": "stacks", "run": target.number}) is True
+    assert inboxes[target.number].get_nowait().msg == {"t": C.WHERE_WANTED}
+    assert control._accept({"want": "stop", "run": target.number}) is True
+    assert inboxes[target.number].get_nowait().msg["t"] == C.STOP_WANTED and inboxes[bystander.number].empty()
     assert control._accept({"want": "stop", "run": 10**9}) is False and control._accept({"want": "stop"}) is False
     # a many-rank run's view opened ranks 17 and 3: that run's next frame shows them in full
-    assert control._accept({"want": "focus", "ranks": [17, 3], "run": target.id}) is True
-    assert inboxes[target.id].get_nowait().msg == {"t": C.FOCUS_WANTED, "ranks": [17, 3]}
-    assert control._accept({"want": "focus", "ranks": ["17"], "run": target.id}) is False, "ranks are numbers"
-    assert control._accept({"want": "focus", "ranks": 17, "run": target.id}) is False
-    assert inboxes[target.id].empty() and inboxes[bystander.id].empty()
+    assert control._accept({"want": "focus", "ranks": [17, 3], "run": target.number}) is True
+    assert inboxes[target.number].get_nowait().msg == {"t": C.FOCUS_WANTED, "ranks": [17, 3]}
+    assert control._accept({"want": "focus", "ranks": ["17"], "run": target.number}) is False, "ranks are numbers"
+    assert control._accept({"want": "focus", "ranks": 17, "run": target.number}) is False
+    assert inboxes[target.number].empty() and inboxes[bystander.number].empty()
 
 
 def test_runs_show_as_a_table_in_text_and_html():
@@ -105,8 +105,9 @@ def test_runs_show_as_a_table_in_text_and_html():
     bad.finish(None, None, _failed("KeyError: 'x'"))
     table = RunList([ok, bad])
     lines = repr(table).splitlines()
-    assert lines[0].split() == ["run", "title", "state", "ranks", "on", "seconds", "outcome"]
-    assert "spark local[4]" in lines[1] and " on spark local[4]: done>" in repr(ok)
+    assert lines[0].split() == ["run", "id", "title", "state", "ranks", "on", "seconds", "outcome"]
+    assert lines[1].split()[:2] == [str(ok.number), ok.id] and ok.id != bad.id
+    assert "spark local[4]" in lines[1] and f"({ok.id})" in repr(ok) and " on spark local[4]: done>" in repr(ok)
     assert "[lr=0.1]" in lines[1] and lines[1].rstrip().endswith("3.5") and "failed" in lines[2]
     assert "<table" in table._repr_html_() and "KeyError: &#x27;x&#x27;" in table._repr_html_()
 
@@ -121,7 +122,8 @@ def test_a_sweeps_rows_hold_parameters_values_metrics_and_failures_and_best_read
     a.finish({"loss": 0.5, "acc": 0.9}, None, None)
     b.finish(0.25, None, None)
     c.finish(None, None, _failed("nan loss"))
-    latest = {a.id: _latest(a.id, {"loss": 0.6}, [[1, 1.0], [2, 0.6]]), b.id: _latest(b.id, {"loss": 0.3}, [])}
+    latest = {a.number: _latest(a.number, {"loss": 0.6}, [[1, 1.0], [2, 0.6]]),
+              b.number: _latest(b.number, {"loss": 0.3}, [])}
     rows = results_rows([a, b, c], latest)
     assert rows[0]["lr"] == 0.1 and rows[0]["value.loss"] == 0.5 and rows[0]["loss"] == 0.6
     assert rows[1]["value"] == 0.25 and rows[2]["state"] == "failed" and "nan loss" in rows[2]["error"]

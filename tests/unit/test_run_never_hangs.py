@@ -53,7 +53,7 @@ def test_a_slot_count_that_fails_while_the_run_waits_ends_it(monkeypatch):
     def slots(self):
         def capacity() -> int:
             raise LaunchError("the session's slots could not be read: its JVM is gone")
-        return [driver.Pool(Ticket(self.run.id, 1, "broken-pool"), capacity)]
+        return [driver.Pool(Ticket(self.run.number, 1, "broken-pool"), capacity)]
 
     monkeypatch.setattr(driver.RunDriver, "_slots", slots)
     try:

@@ -100,7 +100,7 @@ def test_a_stop_reaches_the_kernels_inbox(server: ApiServer, registry: Path) -> 
         done.set()
         thread.join()
     assert status == 200 and json.loads(body) == {"id": "feedbeef-1", "taken": True}
-    assert [(t["kind"], t["target"], t["by"]) for t in taken] == [("stop", "1", "the runs panel")]
+    assert [(t["kind"], t["target"], t["by"]) for t in taken] == [("stop", "feedbeef-1", "the runs panel")]
     assert server.call("POST", "runs/feedbeef-2/stop")[0] == 409, "it has ended"
     assert server.call("POST", "runs/nope-1/stop")[0] == 404
     assert server.call("POST", "runs/feedbeef-1/stop", token=False)[0] == 403
@@ -110,7 +110,7 @@ def test_a_report_as_the_snapshot_or_as_a_page(server: ApiServer, registry: Path
     assert server.call("GET", "runs/feedbeef-2/report")[0] == 404, "no report written"
     reports_dir(registry, KERNEL).mkdir(exist_ok=True)
     done = dict(SNAPSHOT, status="succeeded", value_repr="'trained'")
-    F.write_json(reports_dir(registry, KERNEL) / "run-2.json", {"mime": "application/vnd.jupyter-torchdist.run+json",
+    F.write_json(reports_dir(registry, KERNEL) / "feedbeef-2.json", {"mime": "application/vnd.jupyter-torchdist.run+json",
                                                                "data": done, "at": time.time()})
     status, headers, body = server.call("GET", "runs/feedbeef-2/report")
     report = json.loads(body)
@@ -121,6 +121,69 @@ def test_a_report_as_the_snapshot_or_as_a_page(server: ApiServer, registry: Path
     assert b"&#x27;trained&#x27;" in page or b"'trained'" in page
     assert "script-src" not in headers.get("Content-Security-Policy", "") and "default-src 'none'" in \
         headers["Content-Security-Policy"], "the page runs no script"
+
+
+def test_a_get_of_a_running_runs_report_asks_nothing_and_a_post_asks_for_a_fresh_one(server: ApiServer,
+                                                                                      registry: Path) -> None:
+    inbox = Inbox(registry, KERNEL)
+    status, _, body = server.call("GET", "runs/feedbeef-1/report")
+    assert status == 404 and b"POST to this address" in body and inbox.take() == [], "a GET leaves no request"
+    written = threading.Event()
+
+    def kernel() -> None:   # the kernel's publisher: takes the request, writes the report
+        while not written.is_set():
+            for asked in inbox.take():
+                F.write_json(reports_dir(registry, KERNEL) / f"{asked['target']}.json",
+                             {"mime": "application/vnd.jupyter-torchdist.run+json", "data": SNAPSHOT,
+                              "at": time.time()})
+                written.set()
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=kernel)
+    thread.start()
+    try:
+        status, _, body = server.call("POST", "runs/feedbeef-1/report")
+    finally:
+        written.set()
+        thread.join()
+    assert status == 200 and json.loads(body) == {"id": "feedbeef-1", "written": True}
+    status, _, body = server.call("GET", "runs/feedbeef-1/report")
+    assert status == 200 and json.loads(body)["data"]["status"] == "running"
+    assert server.call("POST", "runs/feedbeef-1/report", token=False)[0] == 403
+
+
+def test_a_named_pipe_where_a_report_should_be_blocks_nothing(server: ApiServer, registry: Path) -> None:
+    """A read that would block (a named pipe; a slow network folder) delays at most its own request."""
+    reports_dir(registry, KERNEL).mkdir(mode=0o700, exist_ok=True)
+    F.remove(reports_dir(registry, KERNEL) / "feedbeef-2.json")
+    os.mkfifo(reports_dir(registry, KERNEL) / "feedbeef-2.json")
+    t0 = time.monotonic()
+    status, _, _ = server.call("GET", "runs/feedbeef-2/report")
+    assert status == 404 and time.monotonic() - t0 < 10, "the pipe is not a report: never opened for reading"
+    assert server.call("GET", "runs")[0] == 200
+
+
+def test_malformed_files_cost_only_themselves(server: ApiServer, registry: Path) -> None:
+    """A record nested past any parser's depth, a pid no process has, times that are not numbers, a link that would
+    run script: the other runs still list, stop and report; the bad fields or files are dropped."""
+    good = F.read_json(kernel_file(registry, KERNEL))
+    (registry / "kernel-deep.json").write_text("[" * 200_000 + "]" * 200_000)
+    os.chmod(registry / "kernel-deep.json", 0o600)
+    for kernel_id, change in (("big-pid", {"pid": 10**30}), ("bad-times", {"updated": "abc"})):
+        F.write_json(registry / f"kernel-{kernel_id}.json", {**good, "kernel_id": kernel_id, **change})
+    bad_entries = [_entry(7, "running", submitted="abc", id="bad-entry-7", kernel_id="odd",
+                          links=[{"kind": "spark", "label": "Spark UI", "url": "javascript:alert(1)"},
+                                 {"kind": "mlflow", "label": "MLflow", "url": "https://mlflow.example/#/runs/1"}]),
+                   {"id": 12}, "not an entry", {"id": "../../etc", "state": "running"}]
+    F.write_json(registry / "kernel-odd.json", {**good, "kernel_id": "odd", "entries": bad_entries})
+    status, _, body = server.call("GET", "runs")
+    assert status == 200
+    listed = {e["id"]: e for e in json.loads(body)}
+    assert set(listed) == {"feedbeef-1", "feedbeef-2", "bad-entry-7"}
+    assert listed["bad-entry-7"]["submitted"] == 0.0 and listed["bad-entry-7"]["links"] == [
+        {"kind": "mlflow", "label": "MLflow", "url": "https://mlflow.example/#/runs/1"}], "no javascript: link"
+    assert server.call("GET", "runs/feedbeef-2/report")[0] == 404
+    assert server.call("POST", "runs/feedbeef-2/stop")[0] == 409
 
 
 def test_pip_enables_the_server_extension() -> None:

@@ -62,20 +62,21 @@ def test_an_entry_says_rank_0s_progress_the_hosts_and_the_backend() -> None:
     run, driver = _run(3)
     run.running()
     driver.shown.update(dict(_state(8, 40, loss=float("nan")).snapshot()))
-    entry = run_entry(run, driver.shown.latest, kernel_id="k", short="k", notebook="a.ipynb", cell=None)
-    assert (entry["id"], entry["state"], entry["step"], entry["total"]) == ("k-3", "running", 40, 100)
+    entry = run_entry(run, driver.shown.latest, kernel_id="k", notebook="a.ipynb", cell=None)
+    assert (entry["id"], entry["number"], entry["state"], entry["step"], entry["total"]) == (
+        run.id, 3, "running", 40, 100)
     assert entry["metric"] == {"name": "loss", "value": "nan"}, "the loss first, and JSON has no NaN"
     assert (entry["backend"], entry["where"], entry["ranks"]) == ("spark", "spark local[4] (embedded)", 8)
     assert (entry["hosts"], entry["host_count"]) == (["worker-0", "worker-1"], 2)
-    bare = run_entry(Run(4, "%%distribute -n 2", parse_options("-n 2")), None, kernel_id="k", short="k",
-                     notebook=None, cell=None)
+    bare = run_entry(Run(4, "%%distribute -n 2", parse_options("-n 2")), None, kernel_id="k", notebook=None,
+                     cell=None)
     assert (bare["state"], bare["step"], bare["backend"], bare["ranks"]) == ("queued", None, None, 2)
 
 
 def test_a_many_rank_runs_entry_takes_the_median_rank() -> None:
     run, driver = _run(1, "-n 100")
     driver.shown.update(dict(_state(100, 10).snapshot()))
-    entry = run_entry(run, driver.shown.latest, kernel_id="k", short="k", notebook=None, cell=None)
+    entry = run_entry(run, driver.shown.latest, kernel_id="k", notebook=None, cell=None)
     assert entry["step"] == 11 and entry["host_count"] == 25 and len(entry["hosts"]) == 8
 
 
@@ -134,7 +135,7 @@ def test_a_stop_request_stops_that_run_only_and_its_report_is_written_as_it_ends
         run.running()
         driver.shown.update(dict(_state(2, 7).snapshot()))
     kernel.write(kernel._entries(kernel.held))
-    ask(kernel.folder, kernel.kernel_id, "stop", "1", by="the runs panel")
+    ask(kernel.folder, kernel.kernel_id, "stop", one.id, by="the runs panel")
     kernel.tick(time.time() + 1)
     assert one.stop_asked == "the runs panel" and two.stop_asked is None
     states = {e["number"]: e["state"] for e in read_json(kernel.file)["entries"]}
@@ -151,18 +152,36 @@ def test_a_stop_request_stops_that_run_only_and_its_report_is_written_as_it_ends
     assert report["data"]["status"] == "interrupted" and report["data"]["ranks"][0]["step"] == 8
 
 
+def test_a_stop_names_a_durable_id_so_a_restarted_kernels_run_1_is_not_an_earlier_run_1(kernel: Any) -> None:
+    """Jupyter keeps a kernel's id across restarts and the new process numbers its runs from 1 again: a request for
+    the earlier process's run 1 (a stale panel row, an id copied from ``jupyter-torchdist runs``) stops nothing."""
+    earlier, _ = _run(1)
+    now, driver = _run(1)   # the restarted kernel's run 1
+    kernel.held.append(now)
+    now.running()
+    assert earlier.id != now.id and len({Run(1, "t", parse_options("-n 2")).id for _ in range(1000)}) == 1000
+    ask(kernel.folder, kernel.kernel_id, "stop", earlier.id, by="a stale panel")
+    kernel.tick(time.time() + 1)
+    assert now.stop_asked is None and now.state == "running"
+    with pytest.raises(ValueError, match="not a request"):
+        ask(kernel.folder, kernel.kernel_id, "stop", "../x", by="anyone")
+    ask(kernel.folder, kernel.kernel_id, "stop", now.id, by="the runs panel")
+    kernel.tick(time.time() + 2)
+    assert now.stop_asked == "the runs panel"
+
+
 def test_a_running_runs_report_is_written_when_asked_at_most_once_a_second(kernel: Any) -> None:
     run, driver = _run(1)
     kernel.held.append(run)
     run.running()
     driver.shown.update(dict(_state(2, 3).snapshot()))
-    path = kernel.reports.path / "run-1.json"
-    ask(kernel.folder, kernel.kernel_id, "report", "1", by="the runs panel")
+    path = kernel.reports.path / f"{run.id}.json"
+    ask(kernel.folder, kernel.kernel_id, "report", run.id, by="the runs panel")
     kernel.tick()
     first = read_json(path)
     assert first["data"]["ranks"][0]["step"] == 3
     driver.shown.update(dict(_state(2, 4).snapshot()))
-    ask(kernel.folder, kernel.kernel_id, "report", "1", by="the runs panel")
+    ask(kernel.folder, kernel.kernel_id, "report", run.id, by="the runs panel")
     kernel.tick()
     assert read_json(path)["at"] == first["at"], "asked again within a second: the same report"
 
@@ -181,11 +200,11 @@ def test_a_sweep_is_one_entry_over_its_members_and_stops_as_a_whole(kernel: Any)
     entries = kernel._entries(kernel.held)
     head = next(e for e in entries if e["kind"] == "sweep")
     members = [e for e in entries if e["kind"] == "run"]
-    assert head["id"].endswith("-s1") and head["state"] == "running" and head["total"] == 2
+    assert head["id"] == sweep.id and head["state"] == "running" and head["total"] == 2
     assert [m["sweep"] for m in members] == [head["id"]] * 2 and [m["params"] for m in members] == ["lr=0.1",
                                                                                                   "lr=0.2"]
     assert head["members"] == [m["id"] for m in members]
-    ask(kernel.folder, kernel.kernel_id, "stop", "s1", by="the runs panel")
+    ask(kernel.folder, kernel.kernel_id, "stop", sweep.id, by="the runs panel")
     kernel.tick()
     assert all(r.stop_asked for r in sweep.runs)
 
@@ -203,8 +222,8 @@ def test_the_last_write_says_the_kernel_ended_and_the_command_line_lists_it_with
     assert cli.main(["runs"]) == 0 and "no runs in living kernels" in capsys.readouterr().out
     assert cli.main(["runs", "--all", "--json"]) == 0
     listed = json.loads(capsys.readouterr().out)
-    assert [(e["id"], e["state"], e["kernel"]) for e in listed] == [("0123abcd-1", "done", "ended")]
-    assert cli.main(["stop", "0123abcd-1"]) == 1 and "already ended" in capsys.readouterr().err
+    assert [(e["id"], e["state"], e["kernel"]) for e in listed] == [(run.id, "done", "ended")]
+    assert cli.main(["stop", run.id]) == 1 and "already ended" in capsys.readouterr().err
 
 
 def test_the_command_line_table_and_stop(kernel: Any, capsys: pytest.CaptureFixture[str]) -> None:
@@ -216,7 +235,7 @@ def test_the_command_line_table_and_stop(kernel: Any, capsys: pytest.CaptureFixt
     assert cli.main(["runs"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].split()[:4] == ["RUN", "STATE", "NOTEBOOK", "PROGRESS"]
-    assert out[1].split()[:4] == ["0123abcd-7", "running", "exp/a.ipynb", "42/100"] and "loss 0.5" in out[1]
+    assert out[1].split()[:4] == [run.id, "running", "exp/a.ipynb", "42/100"] and "loss 0.5" in out[1]
     assert cli.main(["stop", "nope-1"]) == 1 and "no run nope-1" in capsys.readouterr().err
     stopped = threading.Event()
 
@@ -228,7 +247,7 @@ def test_the_command_line_table_and_stop(kernel: Any, capsys: pytest.CaptureFixt
     ticking = threading.Thread(target=kernels_thread)
     ticking.start()
     try:
-        assert cli.main(["stop", "0123abcd-7", "--wait", "0"]) == 0
+        assert cli.main(["stop", run.id, "--wait", "0"]) == 0
     finally:
         stopped.set()
         ticking.join()

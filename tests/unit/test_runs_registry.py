@@ -8,6 +8,7 @@ import os
 import socket
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -193,3 +194,76 @@ def test_closing_the_inbox_drops_what_was_left(reg: Path) -> None:
     assert not path.exists() and not inbox.path.exists()
     with pytest.raises(FileNotFoundError):
         ask(reg, "k1", "stop", "1", by="x")
+
+
+# -- what another user, or a malformed file, can do ----------------------------------------------------------------
+NOBODY = 65534
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="acting as another local user needs root (CI runs as root)")
+def test_a_folder_swapped_by_another_user_after_the_kernel_checked_it_is_never_obeyed(tmp_path: Path) -> None:
+    """A runtime directory others may write to (a shared /tmp, a misconfigured server): another user renames the
+    kernel's registry folder away, puts a link to a folder of theirs in its place, and leaves a stop request for the
+    kernel's run there. The kernel reads and writes only the folder it checked (it holds it open); the server and the
+    command line, which open it by name, refuse the link."""
+    import tempfile
+
+    shared = Path(tempfile.mkdtemp(prefix="jtd-shared-", dir="/tmp"))
+    try:
+        os.chmod(shared, 0o777)   # anyone may rename what is in it: the mistake the kernel must survive
+        folder = F.registry_dir(shared, create=True)
+        assert folder is not None
+        inbox = Inbox(folder, "k1")
+        with F.Held(folder) as mine:
+            held = mine
+        attack = textwrap.dedent(f"""
+            import json, os
+            shared = {str(shared)!r}
+            os.rename(os.path.join(shared, {F.FOLDER_NAME!r}), os.path.join(shared, "renamed"))
+            evil = os.path.join(shared, "evil")
+            os.makedirs(os.path.join(evil, "kernel-k1.asks"))
+            with open(os.path.join(evil, "kernel-k1.asks", "stop-abc123.json"), "w") as f:
+                json.dump({{"kind": "stop", "target": "abc123", "by": "mallory", "at": 1.0}}, f)
+            os.symlink(evil, os.path.join(shared, {F.FOLDER_NAME!r}))
+        """)
+        done = subprocess.run(["/usr/bin/python3", "-c", attack], user=NOBODY, group=NOBODY,  # the stdlib alone
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        assert F._AT, "every file is opened relative to the folder the kernel holds"
+        assert inbox.take() == [], "the request in the other user's folder never reaches the kernel"
+        assert held.fd is None
+        with pytest.raises(F.RegistryError, match="not a folder"):
+            F.registry_dir(shared)   # the server, the command line
+        ask(shared / "renamed", "k1", "stop", "mine1", by="the owner")   # the kernel's own folder still works
+        assert [a["target"] for a in inbox.take()] == ["mine1"]
+    finally:
+        subprocess.run(["rm", "-rf", str(shared)], check=False)
+
+
+def test_a_malformed_file_costs_only_itself_and_never_the_extensions_load(reg: Path) -> None:
+    good = _record("k-good")
+    F.write_json(kernel_file(reg, "k-good"), good)
+    (reg / "kernel-deep.json").write_text("[" * 200_000 + "]" * 200_000)
+    F.write_json(kernel_file(reg, "k-pid"), {**_record("k-pid"), "pid": 10**30})
+    F.write_json(kernel_file(reg, "k-time"), {**_record("k-time"), "updated": "abc"})
+    odd = _record("k-odd")
+    odd["entries"][0].update(submitted="abc", ended=[1], step="x", hosts="h", number=True)
+    F.write_json(kernel_file(reg, "k-odd"), odd)
+    F.write_json(kernel_file(reg, "k-named"), {**_record("k-named"), "kernel_id": "k-other"})   # not its file's
+    assert [r["kernel_id"] for r in read_records(reg)] == ["k-good", "k-odd"]
+    entry = next(e for e in list_runs(reg) if e["kernel_id"] == "k-odd")
+    assert (entry["submitted"], "ended" in entry, "step" in entry, "hosts" in entry, entry["number"]) == (
+        0.0, False, False, False, 0)
+    assert find(reg, good["entries"][0]["id"]) is not None and clean(reg) == 0
+    from types import SimpleNamespace
+
+    from jupyter_torchdist.panel import publisher
+
+    shell = SimpleNamespace(events=SimpleNamespace(register=lambda *a: None, unregister=lambda *a: None))
+    os.environ["JUPYTER_RUNTIME_DIR"] = str(reg.parent)
+    try:
+        started = publisher.start(shell)
+        assert started is not None, "loading the extension reads the folder and goes on"
+    finally:
+        publisher.stop(shell)
+        del os.environ["JUPYTER_RUNTIME_DIR"]

@@ -126,7 +126,7 @@ class Ranks:
 
     def turn(self, run: Run) -> Pool:
         """``run``'s turn on these ranks: cells run one at a time, in the order they came, never interleaved."""
-        return Pool(Ticket(run.id, 1, self.turn_pool, what="turn"), lambda: 1)
+        return Pool(Ticket(run.number, 1, self.turn_pool, what="turn"), lambda: 1)
 
     def busy(self) -> list[int]:
         """The runs (cells) running on these ranks or waiting for them, by number."""
@@ -154,7 +154,8 @@ class Ranks:
         if ranks is None:
             ranks = self._start(first)
         if run is not None:
-            ranks.number, run.where, run.ui_url = run.id, ranks.info.label, ranks.info.ui_url  # this cell's run
+            ranks.number, run.where, run.ui_url = run.number, ranks.info.label, ranks.info.ui_url  # this cell's run
+            ranks.durable_id = run.id
             run.attach(ranks.inbox)
         return ranks
 

@@ -60,12 +60,9 @@ def _which(text: str) -> Run:
         if run is None:
             raise UsageError("no background run in this kernel yet: %%distribute --background starts one")
         return run
-    try:
-        number = int(text.lstrip("#"))
-    except ValueError:
-        raise UsageError(f"%distribute_wait takes a run's number (jupyter_torchdist.runs() lists them), "
-                         f"got {text!r}") from None
-    run = find(number)
+    key: int | str = int(text.lstrip("#")) if text.lstrip("#").isdigit() else text
+    run = find(key)
     if run is None:
-        raise UsageError(f"no run {number} in this kernel: jupyter_torchdist.runs() lists them")
+        raise UsageError(f"no run {text} in this kernel: %distribute_wait takes a run's number or id, as "
+                         "jupyter_torchdist.runs() lists them")
     return run

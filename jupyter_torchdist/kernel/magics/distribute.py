@@ -162,7 +162,7 @@ def _activate_embedded_session(*_: Any) -> None:
 
 def _background_runs() -> list[str]:
     """The background runs and sweeps that have not ended and may run on Spark, in words (a session change waits)."""
-    return [f"run {r.id}" for r in runs() if r.background and not r.done() and may_use_spark(r.options)]
+    return [f"run {r.number}" for r in runs() if r.background and not r.done() and may_use_spark(r.options)]
 
 
 class _Loaded:

@@ -134,7 +134,7 @@ class RunDriver:
                 return None  # the launcher will say what is wrong when the run starts
 
         where = _PLACES.get(launcher.name, f"the {launcher.name} backend")
-        return [Pool(Ticket(self.run.id, self.options.n, launcher.name, where=where), capacity)]
+        return [Pool(Ticket(self.run.number, self.options.n, launcher.name, where=where), capacity)]
 
     def _launcher(self) -> Launcher:
         if self.launcher is None:
@@ -172,7 +172,8 @@ class RunDriver:
         recorder = self.recorder
         if recorder is not None and (note := recorder.note()):
             carried += (note,)
-        hooks = Hooks(checkpoint=self.folder.where, attempt=len(failed) + 1, number=self.run.id, carried=carried,
+        hooks = Hooks(checkpoint=self.folder.where, attempt=len(failed) + 1, number=self.run.number,
+                      durable_id=self.run.id, carried=carried,
                       tap=recorder.tap if recorder is not None else None, listener=self.listener,
                       folder=recorder.shown_folder if recorder is not None else None)
         ranks = RankSet(self.options, launcher, info, hooks)
@@ -223,8 +224,8 @@ class RunDriver:
     def placeholder(self) -> RunState:
         if self.waiting is None:
             self.waiting = RunState(self.options.n, title=self.work.title, options=self.options.summary(),
-                                    started_at=self.run.submitted_at, status="queued", run_id=self.run.id,
-                                    background=self.run.background)
+                                    started_at=self.run.submitted_at, status="queued", run_id=self.run.number,
+                                    durable_id=self.run.id, background=self.run.background)
         return self.waiting
 
     def show_waiting(self, text: str | None) -> None:
@@ -259,8 +260,8 @@ class RunDriver:
         try:
             self.recorder.end()
         except Exception as exc:
-            print(f"jupyter-torchdist warning: run {self.run.id} could not be recorded: {type(exc).__name__}: {exc}",
-                  file=sys.stderr)
+            print(f"jupyter-torchdist warning: run {self.run.number} could not be recorded: "
+                  f"{type(exc).__name__}: {exc}", file=sys.stderr)
 
 
 # -- starting runs -----------------------------------------------------------------------------------------------------
@@ -312,7 +313,7 @@ def prepare_background(work: Work, options: RunOptions, view: RunView | None = N
 def start_on_thread(d: RunDriver, on_end: Callable[[Run], None] | None = None) -> None:
     """Drive the run on a thread of its own (its later frames update the view from there); its turn is asked for on
     that thread: a failure there ends the run."""
-    threading.Thread(target=_in_background, args=(d, on_end), name=f"jupyter-torchdist-run-{d.run.id}",
+    threading.Thread(target=_in_background, args=(d, on_end), name=f"jupyter-torchdist-run-{d.run.number}",
                      daemon=True).start()
 
 

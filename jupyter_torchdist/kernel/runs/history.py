@@ -66,9 +66,10 @@ def background_going() -> int:
     return sum(1 for r in going if r.background and r.sweep is None and not r.done()) + len(sweeps)
 
 
-def find(number: int) -> Run | None:
+def find(key: int | str) -> Run | None:
+    """This kernel's run numbered ``key`` (an int), or whose durable id is ``key`` (a str)."""
     with _registry.lock:
-        return next((r for r in _registry.all if r.id == number), None)
+        return next((r for r in _registry.all if (r.number if isinstance(key, int) else r.id) == key), None)
 
 
 def last_background() -> Run | None:

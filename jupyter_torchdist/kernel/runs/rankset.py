@@ -61,6 +61,7 @@ class Hooks:
     checkpoint: str | None = None    # where jt.commit writes (--max-restarts, --checkpoint-dir)
     attempt: int = 1                 # which start of the run these ranks are
     number: int | None = None        # the run's number in this kernel (jupyter_torchdist.runs())
+    durable_id: str | None = None    # the run's durable id (run.id): its view and report say it
     carried: tuple[str, ...] = ()    # notes from the attempts before this one, for its view
     tap: Callable[[Inbound], None] | None = None       # the run's recorder sees its ranks' messages (--track)
     listener: Callable[[Inbound], None] | None = None  # a sweep's judge sees its ranks' reports
@@ -85,6 +86,7 @@ class RankSet:
         self.rank_names: set[str] = set()  # global names the ranks' own code defined (kept ranks)
         self.failed_rank: int | None = None  # the last cell's root-cause rank, if it raised (kept ranks)
         self.number: int | None = hooks.number  # the run (cell) now on these ranks (kept ranks: each cell's own)
+        self.durable_id: str | None = hooks.durable_id   # ... and its durable id
         self.code: CodeShip | None = None    # the notebook's code as the last cell sent it (kernel/code_ship.py)
 
     # -- one cell ----------------------------------------------------------------------------------------
@@ -98,7 +100,7 @@ class RankSet:
         cell = self.cells + 1
         state = RunState(options.n, title=title, options=options.summary(), backend=self.info.label,
                          started_at=time.time(), cell=cell if self.keep else None, run_id=self.number,
-                         background=options.background)
+                         durable_id=self.durable_id, background=options.background)
         state.folder = self.hooks.folder
         state.notes.extend(self.hooks.carried)
         state.debug.stall_after = options.stall_after or None

@@ -40,7 +40,7 @@ class Run(Handle):
     def __init__(self, number: int, title: str, options: RunOptions, params: Mapping[str, Any] | None = None,
                  on_end: Callable[[Run], None] | None = None) -> None:
         super().__init__()
-        self.id = number
+        self.number = number   # the kernel's own count (``%distribute_wait 3``); ``id`` is durable (``Handle``)
         self.title = title
         self.options = options
         self.params: dict[str, Any] | None = dict(params) if params is not None else None  # a sweep's combination
@@ -178,7 +178,8 @@ class Run(Handle):
             try:
                 hook(self)
             except Exception as exc:  # a hook never costs the run its end
-                print(f"jupyter-torchdist warning: after run {self.id}: {type(exc).__name__}: {exc}", file=sys.stderr)
+                print(f"jupyter-torchdist warning: after run {self.number}: {type(exc).__name__}: {exc}",
+                      file=sys.stderr)
         self._end()
 
     def forget(self) -> None:
@@ -210,12 +211,12 @@ class Run(Handle):
         return self._outcome
 
     def _name(self) -> str:
-        return f"run {self.id}"
+        return f"run {self.number}"
 
     def __repr__(self) -> str:
         params = f" [{describe(self.params)}]" if self.params else ""
         where = f" on {self.where}" if self.where else ""
-        return f"<Run {self.id} {self.title}{params}{where}: {self._state}>"
+        return f"<Run {self.number} ({self.id}) {self.title}{params}{where}: {self._state}>"
 
 
 def _stopped(error: BaseException) -> bool:
@@ -225,7 +226,7 @@ def _stopped(error: BaseException) -> bool:
 class RunList(list[Run]):
     """``runs()``: a list of ``Run`` that shows as a table in a notebook."""
 
-    _COLUMNS: Final = ("run", "title", "state", "ranks", "on", "seconds", "outcome")
+    _COLUMNS: Final = ("run", "id", "title", "state", "ranks", "on", "seconds", "outcome")
 
     def _rows(self) -> list[tuple[str, ...]]:
         rows: list[tuple[str, ...]] = []
@@ -233,7 +234,7 @@ class RunList(list[Run]):
             secs = r.seconds()
             title = r.title + (f" [{describe(r.params)}]" if r.params else "") + (" (background)" if r.background
                                                                                    else "")
-            rows.append((str(r.id), title, r.state, str(r.options.n), r.where or "",
+            rows.append((str(r.number), r.id, title, r.state, str(r.options.n), r.where or "",
                          "" if secs is None else f"{secs:.1f}", r.summary()))
         return rows
 

@@ -46,6 +46,7 @@ class RunLifecycle:
     committed: tuple[int, float, int, float] | None = None  # the last jt.commit: (step, when, bytes, seconds)
     debug: RunDebug = field(default_factory=RunDebug)  # the stall rule, pdb's quit (stall.py)
     run_id: int | None = None        # the kernel's number for the run (jupyter_torchdist.runs())
+    durable_id: str | None = None    # the run's durable id (run.id): unique across kernels, restarts and users
     background: bool = False         # the notebook went on while it ran (--background, a sweep's run)
     stopped_by: str | None = None    # who stopped it, when that was not the kernel's interrupt ("run.stop()")
     stopped_early: bool = False      # the only stop asked was a sweep's rule's: moot if every rank returned anyway

@@ -41,7 +41,7 @@ def run_snapshot(state: RunLifecycle, log_tail: int = LOG_TAIL, focus: Iterable[
         "data": data_snapshot(state.data, [r.usage for r in state.ranks]),
         "ranks": [_rank_snapshot(r, end, log_tail) for r in shown],
         "stall": stall_text(state.debug, state.ranks, state.started_at, state.now) if state.ended_at is None else None,
-        "run_id": state.run_id, "background": state.background,
+        "run_id": state.run_id, "id": state.durable_id, "background": state.background,
         "summary": summary, "table": rank_table(state.ranks) if many else None, "profile": profile,
     }
 

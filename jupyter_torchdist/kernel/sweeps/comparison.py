@@ -43,7 +43,7 @@ def sweep_snapshot(title: str, names: Sequence[str], runs: Sequence[Run], latest
     so far, and how the best figure fell as members ended."""
     members = members or {}
     rows = [_past_row(m, facts.metric) for m in past]
-    rows += [_row(run, latest.get(run.id), now, members.get(run.id)) for run in runs]
+    rows += [_row(run, latest.get(run.number), now, members.get(run.number)) for run in runs]
     states = [r.state for r in runs] + [m.state for m in past]
     counts = {state: states.count(state) for state in ("queued", "running", *ENDED)}
     counts["queued"] += max(0, facts.trials - len(states))   # not drawn yet
@@ -66,7 +66,7 @@ def _row(run: Run, snap: Mapping[str, Any] | None, now: float, member: Member | 
     error = (snap or {}).get("error") or {}
     secs = run.seconds()
     return {
-        "id": run.id, "params": {k: _plain(v) for k, v in (run.params or {}).items()},
+        "id": run.number, "params": {k: _plain(v) for k, v in (run.params or {}).items()},
         "label": describe(run.params or {}), "state": run.state,
         "step": lead.get("step"), "total": lead.get("total"), "rate": lead.get("rate"),
         "metrics": dict(lead.get("metrics") or {}), "elapsed_s": None if secs is None else round(secs, 3),
@@ -114,9 +114,9 @@ def _finals(runs: Sequence[Run], members: Mapping[int, Member], past: Sequence[M
     """(ended at, final figure, row id) of every member that finished with a figure, in the order they ended."""
     out = [(m.ended_at or 0.0, m.final, -m.number) for m in past if m.state == "done" and m.final is not None]
     for run in runs:
-        m = members.get(run.id)
+        m = members.get(run.number)
         if m is not None and run.state == "done" and m.final is not None:
-            out.append((run.ended_at or 0.0, m.final, run.id))
+            out.append((run.ended_at or 0.0, m.final, run.number))
     return sorted(out)
 
 
@@ -202,8 +202,8 @@ def results_rows(runs: Sequence[Run], latest: Mapping[int, Mapping[str, Any]],
     stopped early. ``METRIC_final`` is the figure the member finished with (``best()`` and the search use it)."""
     rows = [_past_result(m, metric) for m in past]
     for run in runs:
-        lead = _lead(latest.get(run.id))
-        m = (members or {}).get(run.id)
+        lead = _lead(latest.get(run.number))
+        m = (members or {}).get(run.number)
         row: dict[str, Any] = dict(run.params or {})
         row["state"] = run.state
         row.update(_value_columns(run))
@@ -213,7 +213,7 @@ def results_rows(runs: Sequence[Run], latest: Mapping[int, Mapping[str, Any]],
             (_finite(m.last) if m is not None and run.state == STOPPED_EARLY else None)
         secs = run.seconds()
         row["seconds"] = None if secs is None else round(secs, 3)
-        row["run"] = run.id
+        row["run"] = run.number
         row["error"] = _why(run, m)
         rows.append(row)
     return rows

@@ -169,7 +169,7 @@ class Sweep(Handle):
     def __repr__(self) -> str:
         states = [r.state for r in self.runs] + [m.state for m in self.past]
         said = ", ".join(f"{n} {s}" for s in ("queued", "running", *ENDED) if (n := states.count(s)))
-        return f"<Sweep of {self.search.planned} members over {', '.join(self.names)}: {said or 'none yet'}>"
+        return f"<Sweep {self.id} of {self.search.planned} members over {', '.join(self.names)}: {said or 'none yet'}>"
 
     # -- the members' frames and reports ---------------------------------------------------------------
     def _on_frame(self, run_id: int, snapshot: Mapping[str, Any]) -> None:
@@ -223,7 +223,7 @@ class Sweep(Handle):
     def _adopt(self, member: Member, d: RunDriver) -> None:
         d.run.sweep = self
         d.listener = functools.partial(self._on_report, member, d.run)
-        self.member[d.run.id] = member
+        self.member[d.run.number] = member
         self.runs.append(d.run)
         self._save(member)
 
@@ -274,7 +274,7 @@ class Sweep(Handle):
         """Each running member's new curve points to the search (Optuna's intermediate values, as they come), and
         every few seconds the sweep's heartbeat: in the study file, and Optuna's for its running trials."""
         for run in list(self.runs):
-            member = self.member.get(run.id)
+            member = self.member.get(run.number)
             if member is not None and run.state == "running":
                 self._tell_points(member)
         if time.time() - self._beat < BEAT_S:
@@ -343,7 +343,7 @@ class Sweep(Handle):
         """A member's end: kept, and told to the search (the rest of its curve, and its final metric; Optuna learns
         from both). A member its rule judged but that finished before the stop reached it ended done: the verdict
         is withdrawn (a member that finished all its steps is never called stopped early)."""
-        member = self.member.get(run.id)
+        member = self.member.get(run.number)
         if member is None:
             return
         if run.state == "done" and member.stopped_early_at is not None:
