@@ -1,12 +1,13 @@
 """The "Distributed runs" panel in a real JupyterLab (Chromium via Playwright), on real kernels and `--local` ranks.
 
 Two notebooks each start a background run; the panel lists both, live, grouped by notebook, and so does
-`jupyter-torchdist runs`; Stop in the panel ends one "stopped" in its notebook while the other trains on; its report
-opens in a tab; a sweep is one row that opens to its members; a foreground run in a busy kernel stops from the panel
-too; a closed notebook's run stays listed while its kernel trains, and "Cell" reopens the notebook at the run's cell;
-a second server with another runtime directory sees none of it; when the server goes, each kernel's file says it
-ended and no process is left. One server and browser for the module (the two tests run in order on it). With
-JUPYTER_TORCHDIST_DOCS_SHOT=1 the panel is also shot into docs/runs-panel.png.
+`jupyter-torchdist runs`; Stop in the panel ends one "stopped" in its notebook while the other trains on; a
+notification names it, its notebook and how it ended, and its button opens the run's report in a tab; a sweep is one
+row that opens to its members; a foreground run in a busy kernel stops from the panel too; a closed notebook's run
+stays listed while its kernel trains, and "Cell" reopens the notebook at the run's cell; a second server with another
+runtime directory sees none of it; when the server goes, each kernel's file says it ended and no process is left. One
+server and browser for the module (the two tests run in order on it). With JUPYTER_TORCHDIST_DOCS_SHOT=1 the panel is
+also shot into docs/runs-panel.png.
 """
 from __future__ import annotations
 
@@ -139,6 +140,9 @@ def test_two_notebooks_runs_live_in_the_panel_and_a_stop_ends_one_while_the_othe
     _row(lab, a["id"]).locator("button[data-action='stop']").click()
     _wait_for(lab, lambda e: e["id"] == a["id"] and e["state"] == "stopped", timeout=60)
     _row(lab, a["id"]).locator(".jp-TorchDist-runs-state[data-state='stopped']").wait_for(timeout=10_000)
+    # the notification of a background run's end: the run, its notebook and its outcome (looked for every 5 s)
+    toast = lab.page.locator(".Toastify__toast", has_text=f"run #{a['number']} ({a['id']}) in a.ipynb stopped")
+    toast.wait_for(timeout=30_000)
     lab.page.locator(".lm-TabBar-tab:has-text('a.ipynb')").click()
     report = lab.cell(1).locator(f"{REPORT}[data-status='interrupted']")
     report.wait_for(timeout=60_000)
@@ -147,7 +151,7 @@ def test_two_notebooks_runs_live_in_the_panel_and_a_stop_ends_one_while_the_othe
     time.sleep(1.5)
     assert _runs(lab)[b["id"]]["state"] == "running" and _steps(lab, b["id"]) != moving, "the other trains on"
 
-    _row(lab, a["id"]).locator("button[data-action='report']").click()
+    toast.locator("button", has_text="Report").click()   # the notification's button opens the run's report
     tab = lab.page.locator(f".jp-TorchDist-runsReport#jupyter-torchdist-report-{a['id']}")
     tab.locator(f"{REPORT}[data-status='interrupted']").wait_for(timeout=30_000)
     assert tab.locator(".jp-TorchDist-rank").count() == 2, "the run's own report: a row per rank"

@@ -110,8 +110,8 @@ def test_a_report_as_the_snapshot_or_as_a_page(server: ApiServer, registry: Path
     assert server.call("GET", "runs/feedbeef-2/report")[0] == 404, "no report written"
     reports_dir(registry, KERNEL).mkdir(exist_ok=True)
     done = dict(SNAPSHOT, status="succeeded", value_repr="'trained'")
-    F.write_json(reports_dir(registry, KERNEL) / "feedbeef-2.json", {"mime": "application/vnd.jupyter-torchdist.run+json",
-                                                               "data": done, "at": time.time()})
+    F.write_json(reports_dir(registry, KERNEL) / "feedbeef-2.json",
+                 {"mime": "application/vnd.jupyter-torchdist.run+json", "data": done, "at": time.time()})
     status, headers, body = server.call("GET", "runs/feedbeef-2/report")
     report = json.loads(body)
     assert status == 200 and report["data"]["status"] == "succeeded" and report["state"] == "done"
