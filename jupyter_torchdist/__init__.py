@@ -28,8 +28,8 @@ from .kernel.runs.driver import last_run
 from .kernel.compat.torch_distributor import TorchDistributor
 from .kernel.compat.deepspeed_distributor import DeepspeedTorchDistributor
 from .tracking.shipper import flush as flush_tracking
-from .rank.api import (barrier, commit, device, is_main, local_rank, local_world_size, main_first, on_main, rank,
-                       report, restore, world_size)
+from .rank.api import (barrier, commit, device, is_main, local_rank, local_world_size, main_first, on_main,
+                       preempted, rank, report, restore, world_size)
 
 __version__ = "0.1.0"
 
@@ -38,7 +38,7 @@ __all__ = [
     "KeptInfo", "kept", "spark_session",
     "Run", "runs", "sweep", "Sweep", "loguniform", "uniform", "intrange", "choice", "flush_tracking",
     "report", "rank", "local_rank", "world_size", "local_world_size", "is_main", "device", "barrier",
-    "main_first", "on_main", "batches", "DataError", "commit", "restore",
+    "main_first", "on_main", "batches", "DataError", "commit", "restore", "preempted",
     "DistributeError", "OptionsError", "LaunchError", "CaptureError", "RunError", "RunFailed", "RunTimeout",
     "RunInterrupted", "MemberStoppedEarly", "MemberFailed", "load_ipython_extension", "unload_ipython_extension",
 ]

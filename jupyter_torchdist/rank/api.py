@@ -15,7 +15,7 @@ from ..core import contract as C
 from ..core.gpus import DEVICE_ENV
 
 __all__ = ["report", "rank", "local_rank", "world_size", "local_world_size", "is_main", "device",
-           "barrier", "main_first", "on_main", "commit", "restore"]
+           "barrier", "main_first", "on_main", "commit", "restore", "preempted"]
 
 
 class _Sink:
@@ -141,10 +141,26 @@ def commit(step: int, *, every: int | None = None, **objects: Any) -> bool:
     if every is not None and (isinstance(every, bool) or not isinstance(every, int) or every < 1):
         raise ValueError(f"jt.commit: every must be a whole number >= 1, got {every!r}")
     checkpoints = _commits()
-    if checkpoints is None or (every is not None and step % every):
+    if checkpoints is None or (every is not None and step % every and not _preemption().commit_is_due()):
         return False
     checkpoints.commit(step, objects)
     return True
+
+
+def _preemption() -> Any:
+    from . import preemption  # only on a rank
+
+    return preemption
+
+
+def preempted() -> bool:
+    """Whether a rank of this run was told to go (SIGTERM: a spot reclaim, a node drained, ``kill``): it ends
+    ``JUPYTER_TORCHDIST_PREEMPT_GRACE_S`` seconds (25) after the notice, and every rank hears of it. Meanwhile the
+    next ``commit`` of each rank is made whatever its ``every``, so a restart (``--max-restarts``) resumes from
+    there. False outside a run."""
+    from .runtime import current
+
+    return current() is not None and bool(_preemption().noticed())
 
 
 def restore(**objects: Any) -> int:

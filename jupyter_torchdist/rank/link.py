@@ -16,6 +16,7 @@ from typing import Any, cast
 
 from ..core import contract as C
 from ..channel import protocol as P
+from . import preemption
 
 __all__ = ["KernelLink"]
 
@@ -78,6 +79,8 @@ class KernelLink:
                 self._where()
         elif msg["t"] == C.PDB_REPLY:
             self._pdb.put(msg)
+        elif msg["t"] == C.PREEMPT:
+            preemption.heard(msg)
         else:
             self._main.put(msg)
 

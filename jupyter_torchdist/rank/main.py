@@ -27,7 +27,7 @@ from ..channel.handshake import connect
 from ..core.contract import RunPlan
 from ..core.contract.code import CodeShip
 from . import api as rank_api
-from . import collectives, debugger, places as where
+from . import collectives, debugger, places as where, preemption
 from .allocator import tune_allocator
 from .checkpoint import Checkpoints, check_shared
 from .checkpoint import flush as flush_commits
@@ -282,6 +282,7 @@ def _rank_body(plan: RunPlan, rank: int, gpu_address: str | None, sock: Any, cod
     for warning in code.warnings if code is not None and os.environ.get("LOCAL_RANK") == "0" else ():  # once a host
         client.post_log("stderr", f"jupyter-torchdist warning: {warning}\n", time.time())
     link = KernelLink(sock)
+    preemption.install(lambda msg: client.post(msg, urgent=True))
     install(RankRuntime(plan, rank, client, link, bind_ip, UsageSampler(client.post_usage, gpu=plan.gpu)))
     install_tqdm(rank_api.report)
     install_trainers(rank_api.report)

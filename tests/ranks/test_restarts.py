@@ -1,6 +1,7 @@
 """--max-restarts on real ranks: a rank SIGKILLed from outside mid-run, the run started again from the last
-jt.commit, the model equal to an uninterrupted run's and every batches() row trained on once per epoch; what is
-not retried (the cell's own exception, --max-restarts 0); a checkpoint folder that cannot be written."""
+jt.commit; a rank told to go (SIGTERM) giving every rank notice and a commit first; the model equal to an
+uninterrupted run's and every batches() row trained on once per epoch; what is not retried (the cell's own
+exception, --max-restarts 0); a checkpoint folder that cannot be written."""
 from __future__ import annotations
 
 import os
@@ -87,6 +88,64 @@ def test_a_rank_killed_mid_run_restarts_from_the_last_commit_with_its_data_posit
     assert all((a - b).abs().max().item() == 0 for a, b in zip(weights, plain)), "the same model, exactly"
     assert any("attempt 1 of 2 failed: rank 1" in n and "restarted from step 5" in n
                for n in result.state.notes), result.state.notes
+
+
+def preempted_training(pid_file: str, marks: str):
+    """A counter stepped on both ranks, committed every 1000 steps; on the first attempt rank 1 writes its pid at
+    step 3 (the test then sends it SIGTERM) and the ranks step on until it is gone. Each rank notes the step of a
+    commit made on the first attempt (there is none but the one the notice makes due)."""
+    import torch
+    import torch.distributed as dist
+
+    os.environ["JUPYTER_TORCHDIST_PREEMPT_GRACE_S"] = "2"   # this host's grace (read when the notice comes)
+    log = {"attempts": 0}
+    step = jt.restore(log=log)
+    log["attempts"] += 1
+    first = log["attempts"] == 1
+    while step < 40 or (first and step < 2000):
+        t = torch.ones(1)
+        dist.all_reduce(t)
+        step += 1
+        if jt.commit(step, every=1000, log=log) and first:
+            with open(marks, "a") as f:
+                f.write(f"{dist.get_rank()}:{step}:{jt.preempted()}\n")
+        if first and step == 3 and dist.get_rank() == 1:
+            Path(pid_file).write_text(str(os.getpid()))
+        time.sleep(0.05 if first else 0)
+    return step, log["attempts"], jt.preempted()
+
+
+def test_a_rank_told_to_go_gives_every_rank_notice_and_a_commit_then_the_run_resumes_from_it(tmp_path):
+    """SIGTERM (a spot reclaim, a drained node, kill) is not SIGKILL: the rank says so, every rank's
+    jt.preempted() turns true and its next commit is made whatever its every=, the rank goes after its grace,
+    and --max-restarts starts the run again from that commit."""
+    pid_file, marks = tmp_path / "pid", tmp_path / "marks"
+    told: dict[str, float] = {}
+
+    def tell() -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if pid_file.exists() and pid_file.read_text():
+                told["at"] = time.time()
+                os.kill(int(pid_file.read_text()), signal.SIGTERM)
+                return
+            time.sleep(0.05)
+
+    teller = threading.Thread(target=tell, daemon=True)
+    teller.start()
+    result = jt.run_detailed(preempted_training, str(pid_file), str(marks), n=2, local=True, max_restarts=1,
+                             timeout=120)
+    teller.join(1)
+    lines = sorted(marks.read_text().split())
+    assert len(lines) == 2 and lines[0].startswith("0:") and lines[1].startswith("1:"), lines
+    committed = {int(line.split(":")[1]) for line in lines}
+    assert len(committed) == 1 and all(line.endswith(":True") for line in lines), "one commit, on notice, by both"
+    attempt = result.attempts[0]
+    assert attempt.failure.signal == "SIGTERM" and attempt.commit_step == committed.pop()
+    assert attempt.failed_at - told["at"] >= 1.5, "the rank had its grace before it went"
+    assert result.value == (40, 2, False), result.value   # resumed from the commit; the new ranks were not told
+    assert any("attempt 1 of 2 failed: rank 1" in n and "told to go (SIGTERM) and ended 2 s later" in n
+               and f"restarted from step {attempt.commit_step}" in n for n in result.state.notes), result.state.notes
 
 
 def fails_in_its_own_code(pid_file: str):

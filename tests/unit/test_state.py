@@ -125,6 +125,17 @@ def test_agent_exit_is_a_failure_once_the_ranks_connection_drains_without_a_resu
     assert "SIGKILL" in st.failures[0].summary
 
 
+def test_a_rank_told_to_go_is_said_once_in_the_view_and_its_end_names_the_notice():
+    st = RunState(2)
+    for at in (5.0, 5.5):   # a second SIGTERM's notice says nothing new
+        st.apply(1, "rank", {"t": "preempted", "grace_s": 25.0, "at": at}, at)
+    notes = [n for n in st.snapshot()["notices"] if "told to go" in n]
+    assert notes == ["rank 1 was told to go (SIGTERM): it exits in 25 s; every rank's jt.preempted() is true, so a "
+                     "jt.commit now is what a restart resumes from"]
+    st.apply(1, "agent", {"t": "exit", "code": None, "signal": "SIGTERM", "stopped": False, "at": 30.0}, 30.0)
+    assert st.failures[1].signal == "SIGTERM" and "told to go (SIGTERM) and ended 25 s later" in st.failures[1].summary
+
+
 # -- the contract: every message a rank, agent, channel or launcher can send is handled on purpose ------
 def _message_types(union) -> dict[str, type]:
     """t -> TypedDict, for each member of a union of the contract's messages (read from its Literal)."""

@@ -26,11 +26,12 @@ what). Import the names from here: ``from ..core import contract as C``.
 from __future__ import annotations
 
 from .rank_messages import (COMMIT, CommitMsg, DATA_DONE, DATA_OPEN, DataDoneMsg, DataOpenMsg, DROPPED, DroppedMsg,
-                            FAILED, FailedMsg, LOG, LogMsg, PROFILE, ProfileMsg, ProfileShares, PROGRESS,
+                            FAILED, FailedMsg, LOG, LogMsg, PREEMPTED, PreemptedMsg, PROFILE, ProfileMsg,
+                            ProfileShares, PROGRESS,
                             ProgressMsg, RESULT, ResultMsg, STATE, StateMsg, Stream, USAGE, UsageMsg)
 from .rank_messages import AGENT_HELLO, AgentHelloMsg, BEAT, BeatMsg, EXIT, ExitMsg, HEARTBEAT_S
 from .kernel_messages import (CELL, CellMsg, DATA_ERROR, DATA_PLAN, DataErrorMsg, DataPlanMsg, INTERRUPT,
-                              InterruptMsg, RELEASE, ReleaseMsg, STOP, StopMsg)
+                              InterruptMsg, PREEMPT, PreemptMsg, RELEASE, ReleaseMsg, STOP, StopMsg)
 from .notices import (CONNECTED, ConnectedMsg, DATA_STATUS, DataStatusMsg, DISCONNECTED, DisconnectedMsg,
                       FOCUS_WANTED, FocusWantedMsg, JOB_END, JobEndMsg, LOST, LostMsg, STOP_WANTED, STOPPED,
                       StoppedMsg, StopWantedMsg)
@@ -57,4 +58,5 @@ __all__ = [
     "PDB", "WHERE", "PDB_REPLY", "WHERE_WANTED", "FrameInfo", "PlaceMsg", "PdbMsg", "WhereMsg", "PdbReplyMsg",
     "WhereWantedMsg", "PdbKind", "STOP_WANTED", "StopWantedMsg", "FOCUS_WANTED", "FocusWantedMsg",
     "FETCH", "BLOB", "FetchMsg", "BlobMsg", "FilesMessage", "Bundle", "CodeShip", "NeededImport", "PipSet",
+    "PREEMPTED", "PreemptedMsg", "PREEMPT", "PreemptMsg",
 ]

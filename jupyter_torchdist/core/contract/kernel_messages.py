@@ -9,13 +9,14 @@ from typing import Final, Literal, TypedDict
 
 from .code import CodeShip
 
-__all__ = ["RELEASE", "CELL", "DATA_PLAN", "DATA_ERROR", "STOP", "INTERRUPT", "ReleaseMsg", "CellMsg", "DataPlanMsg",
-           "DataErrorMsg", "StopMsg", "InterruptMsg"]
+__all__ = ["RELEASE", "CELL", "DATA_PLAN", "DATA_ERROR", "PREEMPT", "STOP", "INTERRUPT", "ReleaseMsg", "CellMsg",
+           "DataPlanMsg", "DataErrorMsg", "PreemptMsg", "StopMsg", "InterruptMsg"]
 
 RELEASE: Final = "release"        # rank: every rank has ended its cell; you may exit now
 CELL: Final = "cell"              # kept rank: run this payload next, in your namespace
 DATA_PLAN: Final = "data_plan"    # rank: your epoch is planned (steps); data workers are on their way
 DATA_ERROR: Final = "data_error"  # rank: the data for that epoch cannot come (the transform raised, ...)
+PREEMPT: Final = "preempt"        # rank: a rank of the run was told to go: jt.preempted() is true, commit now
 STOP: Final = "stop"              # agent: kill your rank now
 INTERRUPT: Final = "interrupt"    # agent: deliver SIGINT to your rank (kept ranks survive it)
 
@@ -54,6 +55,12 @@ class DataErrorMsg(TypedDict):
     seq: int
     summary: str
     traceback: str
+
+
+class PreemptMsg(TypedDict):
+    t: Literal["preempt"]
+    rank: int                 # the rank that was told to go
+    grace_s: float            # ... and how long it has
 
 
 # -- to a rank's agent ----------------------------------------------------------------------------------------

@@ -2,6 +2,8 @@
 resource use, its ``batches()`` epochs, a restart's commits and a ``--profile`` window.
 
 * ``COMMIT`` (rank 0 -> kernel): ``jupyter_torchdist.commit`` wrote the state a restart resumes from.
+* ``PREEMPTED`` (rank -> kernel): this rank's process was told to go (SIGTERM: a spot reclaim, a node drained,
+  ``kill``); it exits ``grace_s`` seconds later, and meanwhile the run's ranks may commit (``rank/preemption.py``).
 * ``PROFILE`` (rank -> kernel), once per run when the rank's window closes: which steps it profiled, where its step
   time went (``core/profile_summary.py``'s shares: input, compute, communication, other) and its trace, gzipped
   Chrome trace JSON as ``torch.profiler`` wrote it (None when it was too large to send: ``note`` says so). The kernel
@@ -16,9 +18,9 @@ from typing import Any, Final, Literal, TypedDict
 from .plan import TLSPin
 
 __all__ = ["STATE", "PROGRESS", "LOG", "RESULT", "FAILED", "DROPPED", "USAGE", "DATA_OPEN", "DATA_DONE", "COMMIT",
-           "PROFILE", "Stream", "StateMsg", "ProgressMsg", "LogMsg", "ResultMsg", "FailedMsg", "DroppedMsg",
-           "UsageMsg", "DataOpenMsg", "DataDoneMsg", "CommitMsg", "ProfileMsg", "ProfileShares", "AGENT_HELLO", "EXIT",
-           "BEAT", "HEARTBEAT_S", "AgentHelloMsg", "ExitMsg", "BeatMsg"]
+           "PROFILE", "PREEMPTED", "Stream", "StateMsg", "ProgressMsg", "LogMsg", "ResultMsg", "FailedMsg",
+           "DroppedMsg", "UsageMsg", "DataOpenMsg", "DataDoneMsg", "CommitMsg", "PreemptedMsg", "ProfileMsg",
+           "ProfileShares", "AGENT_HELLO", "EXIT", "BEAT", "HEARTBEAT_S", "AgentHelloMsg", "ExitMsg", "BeatMsg"]
 
 STATE: Final = "state"          # starting (group forming) / running (the cell's code started)
 PROGRESS: Final = "progress"    # report(), tqdm: step, total, metrics
@@ -30,6 +32,7 @@ USAGE: Final = "usage"          # about once a second: the rank process's CPU, m
 DATA_OPEN: Final = "data_open"  # batches(): this rank wants an epoch of a DataFrame, fed to its data listener
 DATA_DONE: Final = "data_done"  # batches(): this rank has stopped reading that epoch (all of it, or it broke off)
 COMMIT: Final = "commit"        # rank 0: jt.commit wrote the state a restart resumes from
+PREEMPTED: Final = "preempted"  # this rank's process was told to go (SIGTERM): it exits after a grace period
 PROFILE: Final = "profile"      # --profile: this rank's window of steps closed
 
 Stream = Literal["stdout", "stderr"]
@@ -129,6 +132,12 @@ class CommitMsg(TypedDict):
     step: int
     bytes: int                # the commit's size
     seconds: float            # serialising (on the training thread) and writing (on its own) it took
+    at: float
+
+
+class PreemptedMsg(TypedDict):
+    t: Literal["preempted"]
+    grace_s: float            # the rank exits this long after the notice (JUPYTER_TORCHDIST_PREEMPT_GRACE_S)
     at: float
 
 

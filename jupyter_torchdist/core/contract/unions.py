@@ -9,11 +9,11 @@ from typing import Any, Final, Literal, NoReturn, Union, get_args, get_type_hint
 
 from .rank_messages import AgentHelloMsg, BeatMsg, ExitMsg
 from .debug import PdbMsg, PdbReplyMsg, PlaceMsg, WhereMsg, WhereWantedMsg
-from .kernel_messages import CellMsg, DataErrorMsg, DataPlanMsg, InterruptMsg, ReleaseMsg, StopMsg
+from .kernel_messages import CellMsg, DataErrorMsg, DataPlanMsg, InterruptMsg, PreemptMsg, ReleaseMsg, StopMsg
 from .notices import (ConnectedMsg, DataStatusMsg, DisconnectedMsg, FocusWantedMsg, JobEndMsg, LostMsg, StoppedMsg,
                       StopWantedMsg)
-from .rank_messages import (CommitMsg, DataDoneMsg, DataOpenMsg, DroppedMsg, FailedMsg, LogMsg, ProfileMsg,
-                            ProgressMsg, ResultMsg, StateMsg, UsageMsg)
+from .rank_messages import (CommitMsg, DataDoneMsg, DataOpenMsg, DroppedMsg, FailedMsg, LogMsg, PreemptedMsg,
+                            ProfileMsg, ProgressMsg, ResultMsg, StateMsg, UsageMsg)
 from .plan import HelloMsg, RendezvousMsg
 
 __all__ = ["RANK", "AGENT", "BACKEND", "Role", "RankMessage", "FinalMessage", "AgentMessage", "ChannelNotice",
@@ -28,14 +28,14 @@ Role = Literal["rank", "agent", "backend"]
 
 # -- who sends what ------------------------------------------------------------------------------------
 RankMessage = Union[HelloMsg, StateMsg, ProgressMsg, LogMsg, ResultMsg, FailedMsg, DroppedMsg, UsageMsg,
-                    DataOpenMsg, DataDoneMsg, CommitMsg, PlaceMsg, PdbMsg, ProfileMsg]
+                    DataOpenMsg, DataDoneMsg, CommitMsg, PlaceMsg, PdbMsg, ProfileMsg, PreemptedMsg]
 FinalMessage = Union[ResultMsg, FailedMsg]  # how a rank's cell ended
 AgentMessage = Union[AgentHelloMsg, ExitMsg, BeatMsg]
 ChannelNotice = Union[ConnectedMsg, DisconnectedMsg]        # said for a rank's and an agent's connection alike
 BackendMessage = Union[LostMsg, StoppedMsg, JobEndMsg, DataStatusMsg, WhereWantedMsg, StopWantedMsg, FocusWantedMsg]
 InboundMessage = Union[RankMessage, AgentMessage, ChannelNotice, BackendMessage]
 DataReply = Union[DataPlanMsg, DataErrorMsg]                # what answers a rank's DATA_OPEN
-ToRank = Union[RendezvousMsg, ReleaseMsg, CellMsg, DataReply, WhereMsg, PdbReplyMsg]
+ToRank = Union[RendezvousMsg, ReleaseMsg, CellMsg, DataReply, WhereMsg, PdbReplyMsg, PreemptMsg]
 ToAgent = Union[StopMsg, InterruptMsg]
 OutboundMessage = Union[ToRank, ToAgent]
 

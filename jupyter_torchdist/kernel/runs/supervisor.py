@@ -92,6 +92,8 @@ class Supervisor:
             self._send_rendezvous()
         if ev.role == C.RANK and t == C.RESULT and ev.msg.get("value") is not None:
             self._take_value(ev)
+        if ev.role == C.RANK and ev.msg["t"] == C.PREEMPTED:
+            self._preempt(ev.rank, float(ev.msg.get("grace_s") or 0.0))
         self.debugging.handle(ev)
         if ev.role == C.BACKEND and t == C.STOP_WANTED and not self.state.all_ended():
             self.stop("interrupted")  # run.stop(), a background run's Stop: this run only (once every rank has
@@ -108,6 +110,11 @@ class Supervisor:
         if self.held_stop is not None and t == C.PROGRESS and not self.state.took_every_step():
             held, self.held_stop = self.held_stop, None
             self.handle(held)
+
+    def _preempt(self, rank: int, grace_s: float) -> None:
+        """A rank was told to go: every rank hears it (``jt.preempted()``), so all of them commit in its grace."""
+        for other in range(self.state.world_size):
+            self.server.send(other, C.RANK, {"t": C.PREEMPT, "rank": rank, "grace_s": grace_s})
 
     def _record(self, ev: Inbound) -> None:
         """Hand the recorder what it keeps; its failure is said once and never costs the run."""

@@ -69,6 +69,7 @@ class RankState:
     rate_mark: tuple[float, int] | None = None
     usage: RankUsage = field(default_factory=RankUsage)
     debug: RankDebug = field(default_factory=RankDebug)  # where it is: its collective, its stack, pdb (places.py)
+    preempted_at: float | None = None           # its process was told to go (SIGTERM): it exits after its grace
     profile: dict[str, Any] | None = None      # --profile: its window's steps, shares and note (not the trace)
 
     @property
@@ -217,8 +218,12 @@ class RankState:
             return None
         how = f"killed by {self.exit_signal}" if self.exit_signal else f"exited with code {self.exit_code}"
         hint = " (out of memory? the kernel's OOM killer sends SIGKILL)" if self.exit_signal == "SIGKILL" else ""
-        failure = RankFailure(self.rank, self.where, "exit", f"the rank's process {how}{hint} before finishing the "
-                              "cell", "", msg.get("at") or at, False, signal=self.exit_signal)
+        said = f"the rank's process {how}{hint} before finishing the cell"
+        if self.preempted_at is not None:   # told to go (rank/preemption.py): it went after its grace
+            said = (f"the rank's process was told to go (SIGTERM) and ended {max(0.0, at - self.preempted_at):.0f} s "
+                    "later, before finishing the cell")
+        failure = RankFailure(self.rank, self.where, "exit", said, "", msg.get("at") or at, False,
+                              signal=self.exit_signal)
         if self.rank_connected:
             # The agent's socket and the rank's are read by different threads: the rank's result or
             # traceback may still be on its way. Judge when its connection has drained.

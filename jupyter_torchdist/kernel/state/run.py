@@ -81,12 +81,22 @@ class RunState(RunLifecycle):
             pass  # batches(): the data service answers it; the rank's usage shows its wait
         elif msg["t"] == C.COMMIT:
             self.committed = (int(msg.get("step", 0)), at, int(msg.get("bytes", 0)), float(msg.get("seconds", 0.0)))
+        elif msg["t"] == C.PREEMPTED:
+            self._preempted(rs, msg, at)
         elif msg["t"] == C.PROFILE:
             rs.on_profile(msg)  # the trace itself is written by the run's recorder (tracking/recorder.py)
         elif msg["t"] == C.PLACE or msg["t"] == C.PDB:
             pass  # where it is, its debugger: folded by fold_debug; the supervisor answers prompts
         else:
             self._said_of_rank(rs, role, msg, at)
+
+    def _preempted(self, rs: RankState, msg: C.PreemptedMsg, at: float) -> None:
+        """A rank's process was told to go: said once, in the view; the supervisor tells every rank."""
+        if rs.preempted_at is None:
+            rs.preempted_at = at
+            grace = float(msg.get("grace_s") or 0.0)
+            self.notes.append(f"rank {rs.rank} was told to go (SIGTERM): it exits in {grace:g} s; "
+                              "every rank's jt.preempted() is true, so a jt.commit now is what a restart resumes from")
 
     def _said_of_rank(self, rs: RankState, role: C.Role, msg: _SaidOfRank, at: float) -> None:
         if msg["t"] == C.CONNECTED:
