@@ -82,23 +82,30 @@ def test_an_unchanged_list_costs_a_bodiless_304_and_a_large_one_is_gzipped(serve
     assert len(json.loads(gzip.decompress(body))) == 50 and len(body) < len(gzip.decompress(body)) / 4
 
 
-def test_a_stop_reaches_the_kernels_inbox(server: ApiServer, registry: Path) -> None:
-    inbox = Inbox(registry, KERNEL)
-    taken: list[dict[str, Any]] = []
+def _with_kernel(inbox: Inbox, answer: Any, call: Any) -> tuple[int, dict[str, str], bytes]:
+    """``call()`` to the server while a thread plays the kernel's publisher: ``answer(request)`` for each request it
+    takes, until the call returns."""
     done = threading.Event()
 
     def kernel() -> None:
-        while not done.is_set() and not taken:
-            taken.extend(inbox.take())
+        while not done.is_set():
+            for asked in inbox.take():
+                answer(asked)
             time.sleep(0.05)
 
     thread = threading.Thread(target=kernel)
     thread.start()
     try:
-        status, _, body = server.call("POST", "runs/feedbeef-1/stop")
+        return call()  # type: ignore[no-any-return]
     finally:
         done.set()
         thread.join()
+
+
+def test_a_stop_reaches_the_kernels_inbox(server: ApiServer, registry: Path) -> None:
+    taken: list[dict[str, Any]] = []
+    status, _, body = _with_kernel(Inbox(registry, KERNEL), taken.append,
+                                   lambda: server.call("POST", "runs/feedbeef-1/stop"))
     assert status == 200 and json.loads(body) == {"id": "feedbeef-1", "taken": True}
     assert [(t["kind"], t["target"], t["by"]) for t in taken] == [("stop", "feedbeef-1", "the runs panel")]
     assert server.call("POST", "runs/feedbeef-2/stop")[0] == 409, "it has ended"
@@ -128,24 +135,12 @@ def test_a_get_of_a_running_runs_report_asks_nothing_and_a_post_asks_for_a_fresh
     inbox = Inbox(registry, KERNEL)
     status, _, body = server.call("GET", "runs/feedbeef-1/report")
     assert status == 404 and b"POST to this address" in body and inbox.take() == [], "a GET leaves no request"
-    written = threading.Event()
 
-    def kernel() -> None:   # the kernel's publisher: takes the request, writes the report
-        while not written.is_set():
-            for asked in inbox.take():
-                F.write_json(reports_dir(registry, KERNEL) / f"{asked['target']}.json",
-                             {"mime": "application/vnd.jupyter-torchdist.run+json", "data": SNAPSHOT,
-                              "at": time.time()})
-                written.set()
-            time.sleep(0.05)
+    def write(asked: dict[str, Any]) -> None:   # the kernel writes the report asked for
+        F.write_json(reports_dir(registry, KERNEL) / f"{asked['target']}.json",
+                     {"mime": "application/vnd.jupyter-torchdist.run+json", "data": SNAPSHOT, "at": time.time()})
 
-    thread = threading.Thread(target=kernel)
-    thread.start()
-    try:
-        status, _, body = server.call("POST", "runs/feedbeef-1/report")
-    finally:
-        written.set()
-        thread.join()
+    status, _, body = _with_kernel(inbox, write, lambda: server.call("POST", "runs/feedbeef-1/report"))
     assert status == 200 and json.loads(body) == {"id": "feedbeef-1", "written": True}
     status, _, body = server.call("GET", "runs/feedbeef-1/report")
     assert status == 200 and json.loads(body)["data"]["status"] == "running"
