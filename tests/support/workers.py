@@ -10,9 +10,9 @@ that runs the module. Some things only one process may hold, and every module th
 - ``hosts``: the multi-host bench's bridge and network namespaces (``hosts.py``), which have fixed names.
 
 A module that says ``SOLO = "why"`` measures how long the product takes against a bound that holds on a quiet
-machine (a worker that joins late gets the ranks within 30 s, idle executors go back within their timeout): its unit
-runs last, with the other worker idle, so the bound is measured as a user's machine would see it, not while another
-test's ranks and JVMs share the two cores.
+machine (a worker that joins late gets the ranks within 30 s, idle executors go back within their timeout): the solo
+units run last, in one worker once the others have finished and left, so the bound is measured as a user's machine
+would see it, not while another test's ranks and JVMs share the two cores.
 
 The units go out longest first (the pool, then the cluster layer, the kernels and browsers, the ranks, the unit tests
 last), so the two workers finish close together.
@@ -92,17 +92,33 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
         def mark_test_complete(self, node: Any, item_index: int, duration: float = 0) -> None:
             super().mark_test_complete(node, item_index, duration)
-            for other, work in self.assigned_work.items():  # a worker left idle while a solo unit waited takes it
-                if other is not node and not self._pending_of(work):
+            for other, work in list(self.assigned_work.items()):   # a worker held back while a solo unit waited
+                if other is not node and self._pending_of(work) <= 1:
                     self._reschedule(other)
 
+        def remove_node(self, node: Any) -> str | None:
+            crashed = super().remove_node(node)
+            for other in self.nodes:   # the other workers have gone: the solo units may go out now
+                self._reschedule(other)
+            return crashed
+
         def _reschedule(self, node: Any) -> None:
-            if self.workqueue and not node.shutting_down:
-                unit = next(iter(self.workqueue))
-                others_busy = any(self._pending_of(work) for other, work in self.assigned_work.items()
-                                  if other is not node)
-                if unit.startswith(SOLO_PREFIX) and others_busy:
-                    return  # a solo unit waits for the other workers to finish
-            super()._reschedule(node)
+            """A worker runs a test only once it holds the next one (or is told to shut down): a worker with one
+            test left is idle, holding it. So a solo unit goes to a worker once every other worker is idle that
+            way: those are shut down (they run the test they hold, and leave), and the unit goes out when they
+            have gone."""
+            if not self.workqueue or node.shutting_down or not next(iter(self.workqueue)).startswith(SOLO_PREFIX):
+                super()._reschedule(node)
+                return
+            if self._pending_of(self.assigned_work[node]) > 2:
+                return
+            others = {other: self._pending_of(work) for other, work in self.assigned_work.items() if other is not node}
+            if any(pending >= 2 and not other.shutting_down for other, pending in others.items()):
+                return   # another worker is still running tests of its own
+            for other in others:
+                if not other.shutting_down:
+                    other.shutdown()
+            if not others:
+                super()._reschedule(node)
 
     return UnitScheduling(config, log)

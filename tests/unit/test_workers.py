@@ -46,7 +46,8 @@ def test_the_modules_that_measure_bounds_on_a_quiet_machine_run_alone() -> None:
 
 
 class _Node:
-    """A worker as the scheduler sees it: the tests it was sent, and whether it was told to shut down."""
+    """A worker as the scheduler sees it, and as pytest-xdist's worker behaves: it runs a test only once it holds the
+    next one too (or has been told to shut down: then it runs all it holds, and leaves)."""
 
     def __init__(self, name: str) -> None:
         self.gateway = SimpleNamespace(id=name)
@@ -60,9 +61,11 @@ class _Node:
         self.shutting_down = True
 
 
-def test_two_workers_get_the_longest_units_first_and_a_solo_unit_only_when_the_other_is_idle() -> None:
-    ids = ["tests/unit/test_workers.py::a", "tests/cluster/test_slot_wait.py::b", "tests/kernel/test_kept_kernel.py::c",
-           "tests/cluster/test_cluster.py::d", "tests/kernel/test_docs_run.py::e"]
+def test_two_workers_get_the_longest_units_first_and_the_solo_units_once_the_other_has_left() -> None:
+    ids = ["tests/unit/test_workers.py::a1", "tests/unit/test_workers.py::a2",
+           "tests/cluster/test_slot_wait.py::b1", "tests/cluster/test_slot_wait.py::b2",
+           "tests/cluster/test_full_cluster.py::f", "tests/kernel/test_kept_kernel.py::c",
+           *(f"tests/cluster/test_cluster.py::d{i}" for i in (1, 2, 3)), "tests/kernel/test_docs_run.py::e"]
     config = SimpleNamespace(getvalue=lambda name: ["2*popen"] if name == "tx" else None)  # what `-n 2` sets
     sched = pytest_xdist_make_scheduler(config, None)
     a, b = _Node("gw0"), _Node("gw1")
@@ -70,22 +73,30 @@ def test_two_workers_get_the_longest_units_first_and_a_solo_unit_only_when_the_o
         sched.add_node(node)
         sched.add_node_collection(node, ids)
     sched.schedule()
-    completed: set[int] = set()
+    done: list[str] = []
+    gone: set[_Node] = set()
+    SOLO = ("f", "b1", "b2")
 
-    def sent(*nodes: _Node) -> list[str]:
-        return [ids[i].split("::")[1] for node in nodes for i in node.sent if i not in completed]
+    def name(i: int) -> str:
+        return ids[i].split("::")[1]
 
-    def run(node: _Node) -> list[str]:
-        """The node runs what it was sent, and what it is sent meanwhile, to the end."""
-        names = []
-        while todo := [i for i in node.sent if i not in completed]:
-            completed.add(todo[0])
-            names.append(ids[todo[0]].split("::")[1])
-            sched.mark_test_complete(node, todo[0])
-        return names
+    def step(node: _Node) -> bool:
+        """The worker runs one test if it may; False when it cannot (idle, holding its last test, or gone)."""
+        todo = [i for i in node.sent if name(i) not in done]
+        if node in gone or not todo or (len(todo) < 2 and not node.shutting_down):
+            if node.shutting_down and not todo and node not in gone:
+                gone.add(node)
+                sched.remove_node(node)
+                return True
+            return False
+        if name(todo[0]) in SOLO:
+            assert gone == {a, b} - {node}, "a solo test runs once the other worker has left"
+        done.append(name(todo[0]))
+        sched.mark_test_complete(node, todo[0])
+        return True
 
-    assert sent(a, b) == ["e", "d"]  # the pool, then the session's cluster
-    assert run(a) == ["e", "c", "a"] and not a.shutting_down  # b still runs its unit: the solo unit waits
-    assert sent(a, b) == ["d"]
-    assert run(b) == ["d", "b"]  # then b, idle, takes it
-    assert a.shutting_down and b.shutting_down
+    assert [name(i) for i in a.sent + b.sent] == ["e", "d1", "d2", "d3"]  # the pool, then the session's cluster
+    while step(a) or step(b):
+        pass
+    assert gone == {a, b} and sorted(done) == sorted(name(i) for i in range(len(ids))), "every test ran, then all left"
+    assert sorted(done[-3:]) == sorted(SOLO), done
