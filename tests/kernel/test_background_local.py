@@ -44,7 +44,8 @@ def _clean(text: str) -> str:
 def test_a_background_run_trains_while_other_cells_run_and_its_view_becomes_the_report(kernel):
     started = kernel.execute(TRAIN.format(flags=" -o out", steps=30, value="'the value'"))
     assert started["status"] == "ok", kernel.text(started)
-    assert re.match(r"<Run (\d+) %%distribute -n 2 --local --background -o out: (queued|running)>", _plain(started))
+    assert re.match(r"<Run (\d+) \([0-9a-f]{12}\) %%distribute -n 2 --local --background -o out: (queued|running)>",
+                    _plain(started)), _plain(started)   # its number in the kernel, its durable id
     number = int(re.search(r"<Run (\d+)", _plain(started)).group(1))
     assert any("application/vnd.jupyter.widget-view+json" in o.get("data", {}) for o in started["outputs"])
     meanwhile = kernel.execute("1 + 1")

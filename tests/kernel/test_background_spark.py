@@ -3,6 +3,8 @@
 sweep of six combinations runs two at a time with one comparison view and its table."""
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from ..support.kernel import loaded_kernel
@@ -41,7 +43,7 @@ def test_a_third_run_waits_its_turn_for_slots_and_starts_when_one_ends(kernel):
     links = kernel.ok("from jupyter_torchdist.panel import publisher, listing\npub = publisher.current()\n"
                       "pub.tick(time.time() + 60)\nui = spark.sparkContext.uiWebUrl\n"
                       "print(ui is not None and c.ui_url == ui, [l for e in listing.list_runs(pub.folder, True)"
-                      " if e['kernel_id'] == pub.kernel_id and e['kind'] == 'run' and e['number'] == c.id"
+                      " if e['kernel_id'] == pub.kernel_id and e['kind'] == 'run' and e['id'] == c.id"
                       " for l in e['links']] == "
                       "[{'kind': 'spark', 'label': 'Spark UI', 'url': ui}])")
     assert links == "True True", links
@@ -77,7 +79,8 @@ def test_a_sweep_of_six_runs_two_at_a_time_with_one_comparison_view_and_a_table(
                        "    jupyter_torchdist.report(step=i + 1, total=10, loss=lr * batch / (i + 1))\n"
                        "if lr == 0.01 and batch == 64:\n    raise ValueError('diverged')\n{'loss': lr * batch}",
                        watch=seen.append)
-    assert r["status"] == "ok" and "<Sweep of 6 members over lr, batch" in kernel.text(r), kernel.text(r)
+    assert r["status"] == "ok" and re.search(r"<Sweep [0-9a-f]{12} of 6 members over lr, batch", kernel.text(r)), \
+        kernel.text(r)
     table = kernel.ok("import pandas as pd\npd.set_option('display.width', 250)\ndf = %distribute_wait\n"
                       "print(df[['lr', 'batch', 'state', 'value.loss', 'loss']].to_string())\n"
                       "s = jt.runs()[-1].sweep\nprint(s.best('loss').params, s.concurrent)", watch=seen.append)
