@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import time
 from pathlib import Path
 from typing import Any, Final
 
 from .folder import Held
-from .registry import asks_dir
+from .registry import RUN_ID, asks_dir
 
 __all__ = ["KINDS", "ask", "Inbox"]
 
@@ -29,7 +28,7 @@ RESCAN_S: Final = 1.0   # a folder changed this recently is read again (its cloc
 
 
 def _name(kind: str, target: str) -> str:
-    if kind not in KINDS or not re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$", target):
+    if kind not in KINDS or not RUN_ID.match(target):
         raise ValueError(f"not a request: {kind} {target!r}")
     return f"{kind}-{target}.json"
 

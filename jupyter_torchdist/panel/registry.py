@@ -29,7 +29,7 @@ from .folder import Held
 
 __all__ = ["FORMAT", "VERSION", "RunEntry", "KernelRecord", "ENDED", "HEARTBEAT_S", "STALE_S", "KEEP_S",
            "kernel_file", "asks_dir", "reports_dir", "read_records", "kernel_state", "clean", "check_kernel_id",
-           "short_id"]
+           "RUN_ID"]
 
 FORMAT: Final = "jupyter-torchdist-runs"
 VERSION: Final = 1
@@ -40,7 +40,7 @@ STALE_S: Final = 300.0        # ... so a file this much older than that is a dea
 KEEP_S: Final = 24 * 3600.0   # an ended kernel's file (``runs --all``) is kept this long after its end
 _KERNEL_ID: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _FILE: Final = re.compile(r"^kernel-(.+)\.json$")
-_ID: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
+RUN_ID: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")   # a run's or sweep's id (a file name too)
 _TEXT_MAX: Final = 2000
 _LIST_MAX: Final = 10_000
 
@@ -48,7 +48,7 @@ _LIST_MAX: Final = 10_000
 class RunEntry(TypedDict, total=False):
     """One run (``kind`` "run") or sweep (``kind`` "sweep") as the API lists it and the panel draws it."""
     kind: str                 # "run" or "sweep"
-    id: str                   # "<first 8 of the kernel id>-<run number>" ("-s<n>" for a sweep): unique per user
+    id: str                   # the run's (or sweep's) durable id (run.id): 12 random hex digits, never reused
     number: int               # the kernel's own number for it (jupyter_torchdist.runs(); a sweep's count)
     kernel_id: str
     notebook: str | None      # the notebook's path, relative to the server's root (None: not from a notebook)
@@ -98,10 +98,6 @@ def check_kernel_id(kernel_id: str) -> str:
     if not _KERNEL_ID.match(kernel_id):
         raise ValueError(f"not a kernel id: {kernel_id!r}")
     return kernel_id
-
-
-def short_id(kernel_id: str) -> str:
-    return kernel_id.replace("-", "")[:8]
 
 
 def kernel_file(folder: Path, kernel_id: str) -> Path:
@@ -166,7 +162,7 @@ _FIELDS: Final[dict[str, Any]] = {
     "background": lambda v: v if isinstance(v, bool) else None,
     "metric": _metric,
     "hosts": lambda v: [h[:200] for h in v[:_LIST_MAX] if isinstance(h, str)] if isinstance(v, list) else None,
-    "members": lambda v: [m for m in v[:_LIST_MAX] if isinstance(m, str) and _ID.match(m)] if isinstance(v, list)
+    "members": lambda v: [m for m in v[:_LIST_MAX] if isinstance(m, str) and RUN_ID.match(m)] if isinstance(v, list)
     else None,
     "counts": lambda v: {k[:40]: n for k, n in v.items() if isinstance(k, str) and _whole(n) is not None}
     if isinstance(v, dict) else None,
@@ -176,7 +172,7 @@ _FIELDS: Final[dict[str, Any]] = {
 
 def _entry(value: Any) -> RunEntry | None:
     """A run or sweep as a reader may trust it: each field of its type (dropped otherwise); None without an id."""
-    if not isinstance(value, dict) or not isinstance(value.get("id"), str) or not _ID.match(value["id"]):
+    if not isinstance(value, dict) or not isinstance(value.get("id"), str) or not RUN_ID.match(value["id"]):
         return None
     number = _whole(value.get("number"))
     entry: Any = {"kind": "sweep" if value.get("kind") == "sweep" else "run", "id": value["id"],
