@@ -145,3 +145,14 @@ def test_a_run_and_a_sweep_are_one_handle_type_whose_verbs_answer_alike():
     run.finish(None, None, RunInterrupted("stopped by run.stop()"))
     assert run.stop() is False and run.state == "stopped" and isinstance(run.error, RunInterrupted)
 
+
+
+def test_distribute_wait_finds_a_run_by_its_number_or_its_durable_id_and_says_when_neither_is_there():
+    from IPython.core.error import UsageError
+
+    from jupyter_torchdist.kernel.magics.background import _which
+
+    run = new_run("%%distribute -n 2 --background", RunOptions(n=2, background=True))
+    assert _which(str(run.number)) is run and _which(run.id) is run and _which(f"#{run.number}") is run
+    with pytest.raises(UsageError, match="no run 0123456789ab in this kernel: %distribute_wait takes a run.s number"):
+        _which("0123456789ab")
