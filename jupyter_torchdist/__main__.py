@@ -2,7 +2,8 @@
 ``jupyter-torchdist`` command; ``jupyter-torchdist doctor [--gpu]`` checks the installation: ``kernel/doctor.py``;
 ``jupyter-torchdist runs [--json] [--all]`` lists the runs of your kernels and ``jupyter-torchdist stop RUN_ID`` stops
 one: ``panel/cli.py``; ``jupyter-torchdist tracking [resend|drop]`` lists the tracking records not yet sent and sends
-or drops them: ``tracking/cli.py``.)
+or drops them: ``tracking/cli.py``; ``jupyter-torchdist prepare`` builds the archive embedded Spark sessions start
+from: ``launchers/session/class_archive.py``.)
 
 The options are the magic's (one parser, one help text: ``options.py``). horovodrun's spelling of the
 one-machine case, ``-np 4 [-H localhost:4] python train.py ARGS``, is translated into them first
@@ -195,6 +196,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .kernel.doctor import main as doctor
 
         return doctor(args[1:])
+    if args[:1] == ["prepare"] and len(args) == 1:  # the JVM's class archive now: launchers/session/class_archive.py
+        from .launchers.session.class_archive import prepare
+        from .launchers.session.embedded import rehearse
+
+        return prepare(rehearse)
     if args[:1] == ["tracking"]:   # records not yet sent, by destination: jupyter_torchdist/tracking/cli.py
         from .tracking.cli import main as tracking
 

@@ -22,15 +22,20 @@ import pytest
 from .support.workers import pytest_xdist_make_scheduler  # noqa: F401  (-n: the worker groups, support/workers.py)
 
 os.environ.setdefault("JUPYTER_TORCHDIST_WARMUP", "0")
-# Every test JVM without the optimising JIT, as the clusters' (support/cluster.py's FAST_JVM): a Spark driver started
-# by spark-submit (the embedded sessions of this process and of every kernel, the Connect server) reads it. Measured
-# on the 2-core machine, a local session's start and first two jobs: 21.0 s with the default JIT, 18.8 s without
-# (two runs each). Short-lived JVMs spend their first seconds compiling; the tests' never live long.
-os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1")
 
 import cloudpickle
 
 from .support import fault_helpers, helpers
+from .support.cluster import FAST_JVM
+
+# Every test JVM as the clusters' (support/cluster.py's FAST_JVM: no optimising JIT, the serial collector, the
+# archive of Spark's classes): a Spark driver started by spark-submit (the embedded sessions of this process and of
+# every kernel, the sessions notebooks build, the Connect server) reads it. Measured on the 2-core machine, a local
+# session's start and first two jobs: 21.0 s with the default JIT, 18.8 s without (two runs each); from the archive
+# about half that (benchmarks/bench_class_archive.py). Short-lived JVMs spend their first seconds compiling and
+# loading classes; the tests' never live long.
+os.environ.setdefault("SPARK_SUBMIT_OPTS", FAST_JVM)
+
 from .support.procs import children
 
 # The ranks cannot import the tests package: the rank functions of these modules travel by value.

@@ -41,7 +41,7 @@ def readme_recipe(master: str, driver_host: str) -> str:
 def _kernel(made: Hosts) -> Kernel:
     """A notebook kernel with none of the test's Spark settings: it loads the extension, then builds its session
     with the README's recipe (no PYSPARK_PYTHON in its environment, as under a notebook server)."""
-    env = {k: v for k, v in spark_env(made.cluster.workdir).items() if k in ("SPARK_CONF_DIR", "SPARK_LOCAL_DIRS")}
+    env = {k: v for k, v in spark_env(made.cluster.workdir).items() if k == "SPARK_LOCAL_DIRS"}
     folder = made.cluster.notebooks / "multihost"  # no host's worker sees it: the notebook's code travels
     folder.mkdir(exist_ok=True)
     kernel = Kernel({**env, "PYSPARK_PYTHON": None, "JUPYTER_TORCHDIST_WARMUP": "0"}, cwd=str(folder))

@@ -26,8 +26,21 @@ from .procs import descendants_of, process_alive
 __all__ = ["add_worker", "kernel_on", "Cluster", "session_conf", "spark_env", "start", "stop", "alive"]
 
 START_TIMEOUT_S = 180.0
-# Short-lived test JVMs on 2 cores start about twice as fast without the optimising JIT and parallel GC.
-FAST_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
+
+def _fast_jvm() -> str:
+    """Short-lived test JVMs on 2 cores start about twice as fast without the optimising JIT and parallel GC, and
+    about twice as fast again from the archive of Spark's classes (``.ci/run`` builds it first: ``jupyter-torchdist
+    prepare``). A JVM whose class path differs from the archive's (a standalone worker's executors) loads its
+    classes as without it."""
+    from jupyter_torchdist.launchers.session.class_archive import current, enabled
+
+    archive = current()
+    shared = f" -XX:SharedArchiveFile={archive.path}" if archive is not None and archive.ready() and enabled() else ""
+    return "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC" + shared
+
+
+FAST_JVM = _fast_jvm()
 
 
 @dataclass
@@ -70,7 +83,7 @@ def spark_env(workdir: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in _RANK_ENV}
     env.update(
         SPARK_HOME=os.path.dirname(pyspark.__file__), SPARK_LOCAL_IP="127.0.0.1",
-        SPARK_CONF_DIR=str(workdir / "conf"), SPARK_LOCAL_DIRS=str(workdir / "local"),
+        SPARK_LOCAL_DIRS=str(workdir / "local"),
         PYSPARK_PYTHON=sys.executable, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")])),
         # no REST server on the fixed port 6066, no web UIs: nothing that can clash with another cluster
         SPARK_MASTER_OPTS="-Dspark.master.rest.enabled=false -Dspark.ui.enabled=false",
@@ -191,7 +204,6 @@ def start(workdir: Path, workers: int = 2, cores: int = 1, gpus: int = 0, memory
     """A master and ``workers`` workers of ``cores`` cores and ``memory`` each (a 512m executor per 1-core slot
     needs 512m of the worker's memory)."""
     t0 = time.monotonic()
-    (workdir / "conf").mkdir(parents=True, exist_ok=True)
     (workdir / "local").mkdir(exist_ok=True)
     env = spark_env(workdir)
     if gpus:

@@ -19,7 +19,6 @@ SLOTS = 4
 def start_server(workdir: Any) -> Cluster:
     import time
 
-    (workdir / "conf").mkdir(parents=True, exist_ok=True)
     (workdir / "local").mkdir(exist_ok=True)
     env = spark_env(workdir)
     confs = {"spark.connect.grpc.binding.port": "0", "spark.connect.grpc.binding.address": "127.0.0.1",

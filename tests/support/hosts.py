@@ -122,7 +122,6 @@ def build(workdir: Path, hosts: int = 2, cores: int = 1, layout: str = "resolvin
 
 def _start_cluster(made: Hosts, cores: int, gpus: tuple[int, ...]) -> None:
     c = made.cluster
-    (c.workdir / "conf").mkdir(parents=True, exist_ok=True)
     (c.workdir / "local").mkdir(exist_ok=True)
     env = {**spark_env(c.workdir), "SPARK_LOCAL_IP": BRIDGE_IP}
     spark_class = os.path.join(env["SPARK_HOME"], "bin", "spark-class")
