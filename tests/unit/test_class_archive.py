@@ -78,6 +78,16 @@ def test_turned_off_nothing_is_recorded_or_used(env: Path, monkeypatch: pytest.M
     assert class_archive.prepare(lambda: pytest.fail("nothing to rehearse"), out=open(os.devnull, "w")) == 1
 
 
+def test_a_folder_named_for_everyone_holds_the_archive(env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    lab = env / "lab-archive"
+    monkeypatch.setenv(class_archive.ENV, str(lab))
+    archive = _archive()
+    assert archive.where == lab and class_archive.java_options().startswith(f"-XX:DumpLoadedClassList={lab}/")
+    assert oct(lab.stat().st_mode & 0o777) == "0o755" and not (env / "cache").exists()
+    archive.path.write_bytes(b"archive")
+    assert class_archive.java_options() == f"-XX:SharedArchiveFile={archive.path}"
+
+
 def test_the_key_follows_the_jars_and_the_java(env: Path) -> None:
     first = _archive().key
     (env / "spark" / "jars" / "spark-core.jar").write_bytes(b"y" * 11)

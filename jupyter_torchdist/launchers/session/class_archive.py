@@ -18,8 +18,10 @@ life, once per environment:
 3. every later embedded session starts with ``-XX:SharedArchiveFile``.
 
 ``jupyter-torchdist prepare`` does all three at once and waits (for an image, or a lab's machines before class).
-``JUPYTER_TORCHDIST_JVM_ARCHIVE=off`` turns it off. The archives live in ``~/.cache/jupyter-torchdist/jvm`` (about
-170 MB each); one unused for 30 days is removed by the next build.
+``JUPYTER_TORCHDIST_JVM_ARCHIVE=off`` turns it off; ``JUPYTER_TORCHDIST_JVM_ARCHIVE=/some/folder`` keeps the archives
+there instead (a lab's server: built once by its administrator, used by every user, never written by a user who
+cannot write there). Otherwise they live in ``~/.cache/jupyter-torchdist/jvm`` (about 170 MB each); one unused for
+30 days is removed by the next build.
 """
 from __future__ import annotations
 
@@ -53,8 +55,19 @@ def enabled() -> bool:
 
 
 def folder() -> Path:
+    """Where the archives live: ``JUPYTER_TORCHDIST_JVM_ARCHIVE`` when it names a folder (a lab's one archive for
+    every user, built there once by ``prepare``), else the user's cache."""
+    named = os.environ.get(ENV, "").strip()
+    if os.path.isabs(named):
+        return Path(named)
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "jupyter-torchdist" / "jvm"
+
+
+def _make(where: Path) -> None:
+    """The user's own cache folder is theirs alone; a folder named for everyone is as its owner made it."""
+    if not where.is_dir():
+        where.mkdir(mode=0o700 if not os.path.isabs(os.environ.get(ENV, "").strip()) else 0o755, parents=True)
 
 
 @dataclass(frozen=True)
@@ -141,10 +154,10 @@ def java_options() -> str:
             os.utime(archive.path)  # in use: the prune of unused archives leaves it
         return f"-XX:SharedArchiveFile={archive.path}"
     try:
-        archive.where.mkdir(mode=0o700, parents=True, exist_ok=True)
+        _make(archive.where)
     except OSError:
         return ""
-    if _locked(archive):
+    if not os.access(archive.where, os.W_OK) or _locked(archive):
         return ""  # being built right now: this JVM starts as without one
     return f"-XX:DumpLoadedClassList={archive.class_list(os.getpid())}"
 
@@ -216,7 +229,7 @@ def _locked(archive: Archive) -> bool:
 @contextlib.contextmanager
 def _holding(archive: Archive, wait: bool) -> Iterator[bool]:
     """The build lock for ``archive``: yields whether it was taken (without ``wait``, not if another holds it)."""
-    archive.where.mkdir(mode=0o700, parents=True, exist_ok=True)
+    _make(archive.where)
     with open(archive.lock, "a") as f:
         try:
             fcntl.flock(f, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
