@@ -212,7 +212,9 @@ def start(shell: Any) -> Publisher | None:
     try:
         folder = registry_dir(create=True)
         assert folder is not None
-        clean(folder)
+        # Old kernels' files go on a thread of their own: reading a day's kernels (a thousand files after a busy
+        # day, 0.8 s) is not a cost of %load_ext.
+        threading.Thread(target=_clean_quietly, args=(folder,), name="jtd-registry-clean", daemon=True).start()
         kernel_id, notebook = kernel_identity(shell)
         publisher = Publisher(folder, kernel_id, notebook)
     except Exception:   # whatever is in the folder, loading the extension goes on (without the panel)
@@ -221,6 +223,13 @@ def start(shell: Any) -> Publisher | None:
     shell.events.register("pre_run_cell", _One.hook)
     _One.publisher = publisher.start()
     return publisher
+
+
+def _clean_quietly(folder: Path) -> None:
+    try:
+        clean(folder)
+    except Exception:
+        pass  # whatever is in the folder, the next kernel tries again
 
 
 def stop(shell: Any) -> None:

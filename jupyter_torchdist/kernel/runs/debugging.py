@@ -31,7 +31,11 @@ from ..state.stall import stalled
 
 __all__ = ["Debugging", "tell_foreground", "PLACE_WAIT_S", "STALL_REFRESH_S"]
 
-PLACE_WAIT_S: Final = ANSWER_S  # before a stop: how long the ranks get to say where they are
+# Before a stop: how long the ranks get to say where they are. Longer than the live view's ANSWER_S: this answer is
+# the last the user gets of the run, a rank busy in Python answers at its next bytecode, and on a loaded machine (a
+# 2-core host running other notebooks) a second was seen to pass before both ranks of a hung all_reduce answered.
+# Ranks that answer sooner end the wait sooner.
+PLACE_WAIT_S: Final = 3 * ANSWER_S
 STALL_REFRESH_S: Final = 10.0   # while a run is stalled: how often the stacks are asked for again
 
 

@@ -131,7 +131,7 @@ def describe(d: RankDebug, state: str) -> str | None:
     return f"running{at}" if at else "running"
 
 
-_SILENT: Final = "did not say (no answer within a second: it may hold the GIL in native code, or its process is gone)"
+_SILENT: Final = "did not say (no answer when asked: it may hold the GIL in native code, or its process is gone)"
 
 
 def place_snapshot(d: RankDebug, state: str, now: float) -> PlaceSnapshot | None:

@@ -3,9 +3,9 @@
 ``%load_ext`` starts only the local process server (a Python that imported torch). The embedded session (a JVM, its
 services and Python workers: several hundred MB and 10 s or more) starts in the background the first time a run
 could use it (a cell without ``--local``: that cell and the next run as local processes meanwhile, see
-``warming``), or at once when the notebook asks for a session (``SparkSession.builder.getOrCreate()``,
-``jupyter_torchdist.spark_session()``, ``TorchDistributor(local_mode=False)``). A notebook that only ever runs
-``--local`` never starts a JVM.
+``warming``; the JVM starts once that cell's run has ended, ``FIRST_RUN_S`` at most), or at once when the notebook
+asks for a session (``SparkSession.builder.getOrCreate()``, ``jupyter_torchdist.spark_session()``,
+``TorchDistributor(local_mode=False)``). A notebook that only ever runs ``--local`` never starts a JVM.
 
 Without Java (nothing at ``$JAVA_HOME/bin/java``, no ``java`` on PATH) nothing here starts a JVM: runs go to local
 processes (the local launcher stands in: ``launchers.stand_in``), and the first one says why.
@@ -15,11 +15,13 @@ from __future__ import annotations
 import os
 import shutil
 import threading
+import time
 from typing import Any, Final
 
 __all__ = ["java_available", "enable", "disable", "wanted", "allowed", "ZYGOTE_FIRST_S"]
 
 ZYGOTE_FIRST_S: Final = 10.0  # the JVM waits this long at most for the zygote: on two cores they would slow each other
+FIRST_RUN_S: Final = 10.0     # and this long at most for the run that asked for it (on local processes meanwhile)
 
 _lock = threading.Lock()
 _allowed = False
@@ -73,9 +75,21 @@ def wanted() -> bool:
     def first() -> None:
         if zygote is not None:
             zygote.ready.wait(ZYGOTE_FIRST_S)
+            _after_the_first_run(zygote)
 
     warm_up_async(before=first, after=lambda: _idle_zygote_goes(zygote))
     return True
+
+
+def _after_the_first_run(zygote: Any) -> None:
+    """The JVM starts once the run that asked for it has ended (``FIRST_RUN_S`` at most): that run goes to local
+    processes meanwhile, and on two cores a JVM starting beside it takes half its speed. The run registers with the
+    process server a moment after it asked; a quarter second without one means no run waits."""
+    began = time.monotonic()
+    while not zygote.busy() and time.monotonic() - began < 0.25:
+        time.sleep(0.01)
+    while zygote.busy() and time.monotonic() - began < FIRST_RUN_S:
+        time.sleep(0.02)
 
 
 def own_session_built() -> None:
