@@ -225,8 +225,20 @@ def start(shell: Any) -> Publisher | None:
     return publisher
 
 
+CLEAN_EVERY_S: Final = 600.0  # old kernels' files are looked for at most this often, whichever kernel loads
+
+
 def _clean_quietly(folder: Path) -> None:
+    """Remove old kernels' files, unless a kernel did in the last ``CLEAN_EVERY_S`` (a notebook server starting ten
+    kernels reads the folder once, not ten times)."""
+    stamp = folder / ".cleaned"
     try:
+        if time.time() - stamp.stat().st_mtime < CLEAN_EVERY_S:
+            return
+    except OSError:
+        pass
+    try:
+        stamp.touch()
         clean(folder)
     except Exception:
         pass  # whatever is in the folder, the next kernel tries again
