@@ -35,7 +35,8 @@ SESSION = textwrap.dedent(r"""
     total = spark.range(10).selectExpr("sum(id)").collect()[0][0]
     java = SparkContext._gateway.proc.pid  # spark-submit execs spark-class, which execs java
     builder = class_archive._builder.pid if class_archive._builder is not None else None
-    print("RESULT " + json.dumps({"total": total, "maps": open(f"/proc/{java}/maps").read(), "builder": builder}),
+    print("RESULT " + json.dumps({"total": total, "maps": open(f"/proc/{java}/maps").read(), "builder": builder,
+                                 "java": java}),
           flush=True)
     time.sleep(120)
 """)
@@ -78,6 +79,7 @@ def test_prepare_leaves_the_archive_ready_and_an_embedded_session_maps_it() -> N
     finally:
         proc.kill()
         proc.wait()
+    assert _gone(seen["java"], 30), "the session's JVM outlived its process"
 
 
 def test_a_first_session_records_and_a_builder_killed_with_its_kernel_leaves_nothing(tmp_path: Path) -> None:
@@ -95,6 +97,7 @@ def test_a_first_session_records_and_a_builder_killed_with_its_kernel_leaves_not
         proc.send_signal(signal.SIGKILL)
         proc.wait()
     assert _gone(builder, 15), "the builder outlived its kernel"
+    assert _gone(seen["java"], 30), "the session's JVM outlived its kernel"
     dumps = subprocess.run(["pgrep", "-f", f"SharedArchiveFile={archive.path}"], capture_output=True, text=True)
     assert dumps.stdout.strip() == "", "the dump outlived its builder"
     assert not archive.ready()

@@ -253,3 +253,17 @@ def test_the_command_line_table_and_stop(kernel: Any, capsys: pytest.CaptureFixt
         ticking.join()
     assert run.stop_asked == "jupyter-torchdist stop" and "asked to stop" in capsys.readouterr().out
     assert cli.main(["runs", "--bogus"]) == 2
+
+
+def test_old_kernels_files_are_looked_for_at_most_every_ten_minutes(tmp_path: Path, monkeypatch) -> None:
+    from jupyter_torchdist.panel import publisher
+
+    calls: list[Path] = []
+    monkeypatch.setattr(publisher, "clean", lambda folder: calls.append(folder))
+    publisher._clean_quietly(tmp_path)
+    publisher._clean_quietly(tmp_path)  # another kernel loading a moment later: the folder was just read
+    assert calls == [tmp_path]
+    old = time.time() - publisher.CLEAN_EVERY_S - 1
+    os.utime(tmp_path / ".cleaned", (old, old))
+    publisher._clean_quietly(tmp_path)
+    assert calls == [tmp_path, tmp_path]
