@@ -56,6 +56,8 @@ def rendezvous(sock: Any, plan: RunPlan, rank: int, gpu: str | None) -> tuple[C.
         hello["store_port"], store = _open_store(plan, bind_ip)
     P.send_frame(sock, hello)
     frame = P.recv_frame(sock, 1 << 20)
+    while isinstance(frame, dict) and frame.get("t") == C.WHERE:  # asked as the group formed: it has no answer yet
+        frame = P.recv_frame(sock, 1 << 20)
     if not isinstance(frame, dict) or frame.get("t") != C.RENDEZVOUS:
         raise RuntimeError(f"rank {rank}: the kernel ended the run before it started ({frame!r})")
     rdv = cast("C.RendezvousMsg", frame)

@@ -50,8 +50,18 @@ def _snapshots(into: list[tuple[float, dict[str, Any]]]):
     return watch
 
 
+def _both_entered(seen: list[tuple[float, dict[str, Any]]], then_s: float):
+    """True ``then_s`` after the live view first showed both ranks past their ``print('entering')``."""
+    def due() -> bool:
+        entered = next((at for at, s in seen if all(r["last_line"] == "entering" for r in s["ranks"])), None)
+        return entered is not None and time.monotonic() - entered >= then_s
+    return due
+
+
 def test_an_interrupt_says_where_each_rank_was(kernel: Kernel):
-    r = kernel.execute(HANG.format(opts=""), interrupt_after=8.0, timeout=60)
+    seen: list[tuple[float, dict[str, Any]]] = []
+    r = kernel.execute(HANG.format(opts=""), interrupt_when=_both_entered(seen, 1.5), watch=_snapshots(seen),
+                       timeout=90)
     assert r["error"]["ename"] == "RunInterrupted", kernel.text(r)
     text = kernel.text(r)
     assert "Where each rank was when the run stopped:" in text

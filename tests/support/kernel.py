@@ -35,10 +35,13 @@ class Kernel:
         self.pid = self.km.provisioner.process.pid if self.km.provisioner else None
 
     def execute(self, code: str, timeout: float = 180, interrupt_after: float | None = None,
-                answers: Answers | None = None, watch: Watch | None = None) -> dict[str, Any]:
+                answers: Answers | None = None, watch: Watch | None = None,
+                interrupt_when: Callable[[], bool] | None = None) -> dict[str, Any]:
         """Run a cell; returns {'status', 'outputs', 'error', 'payload', 'seconds', 'prompts'} (display updates
         applied). With ``answers`` the cell may call input(): each prompt is answered (and kept in 'prompts').
-        ``watch`` sees every message the cell sends on iopub as it comes (widget updates included)."""
+        ``watch`` sees every message the cell sends on iopub as it comes (widget updates included).
+        ``interrupt_when``: interrupt the kernel once it returns true (asked between messages), as a user who waits
+        for what the cell shows would (a loaded machine makes a fixed ``interrupt_after`` a race)."""
         t0 = time.monotonic()
         msg_id = self.kc.execute(code, allow_stdin=answers is not None)
         outputs: list[dict[str, Any]] = []
@@ -46,7 +49,8 @@ class Kernel:
         interrupted = False
         prompts: list[str] = []
         while True:
-            if interrupt_after is not None and not interrupted and time.monotonic() - t0 > interrupt_after:
+            if not interrupted and (interrupt_when() if interrupt_when is not None else (
+                    interrupt_after is not None and time.monotonic() - t0 > interrupt_after)):
                 self.km.interrupt_kernel()
                 interrupted = True
             if answers is not None:

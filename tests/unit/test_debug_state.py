@@ -152,3 +152,42 @@ def test_a_rank_whose_stack_waits_for_pdbs_next_line_reads_as_paused():
     waiting = {"where": "rank/link.py line 50", "name": "pdb_reply", "code": "", "call": "", "library": 9}
     _place(st, 0, [dict(SLEEP, code="v = 2", call=""), waiting], 101.0)
     assert st.snapshot()["ranks"][0]["place"]["summary"] == "paused in pdb at cell line 6"
+
+
+class _Sup:
+    """What debugging uses of the supervisor: the run's state, and a channel that records what it sends."""
+
+    def __init__(self, state: RunState) -> None:
+        import queue
+
+        self.state, self.inbox, self.stop_at, self.dirty, self.last_frame = state, queue.SimpleQueue(), None, False, 0.0
+        self.sent: list[tuple[int, dict]] = []
+        self.server = self
+
+    def send(self, rank: int, role: str, msg: dict) -> bool:
+        self.sent.append((rank, msg))
+        return True
+
+    def handle(self, ev) -> None: ...
+    def stop(self, reason: str) -> None: ...
+    def draw(self, now: float) -> None: ...
+
+
+def test_ranks_still_forming_the_group_are_not_asked_and_are_said_to_be_joining():
+    from jupyter_torchdist.kernel.runs.debugging import Debugging
+
+    st = RunState(3, title="t", started_at=100.0)
+    st.apply(0, "rank", {"t": "hello", "host": "h", "pid": 1}, 100.0)
+    st.apply(1, "rank", {"t": "hello", "host": "h", "pid": 2}, 100.0)
+    sup = _Sup(st)
+    debugging = Debugging(sup)
+    # until the rendezvous goes out a rank reads only it: a WHERE then would end it ("the kernel ended the run")
+    debugging.before_stop("interrupted")
+    assert sup.sent == [] and not debugging.capturing
+    lines = where_lines(st.ranks)
+    assert lines == ["  rank 0: starting: had not joined the group yet",
+                     "  rank 1: starting: had not joined the group yet", "  rank 2: never started"]
+    st.apply(2, "rank", {"t": "hello", "host": "h", "pid": 3}, 101.0)
+    assert debugging.ask_where() and sorted(r for r, m in sup.sent) == [0, 1, 2]
+    assert all(m["t"] == C.WHERE for r, m in sup.sent)
+    assert "rank 0: did not say" in where_lines(st.ranks)[0]  # asked, and no answer came

@@ -145,3 +145,23 @@ def test_post_mortem_is_offered_and_runs_only_when_the_kernel_takes_it():
         assert [m["kind"] for m in sent] == expected
         assert sent[0]["text"] == "ZeroDivisionError: division by zero"
     assert "1 / d" in sent[1]["text"] and sent[1]["post_mortem"] and sent[2]["text"].strip() == "0"
+
+
+def test_a_where_that_comes_while_the_group_forms_is_passed_over_for_the_rendezvous():
+    import socket
+
+    from jupyter_torchdist.channel import protocol as P
+    from jupyter_torchdist.rank.group import rendezvous
+
+    rank_end, kernel_end = socket.socketpair()
+    plan = SimpleNamespace(loopback=True, world_size=1, pg_timeout_s=30, gpu=False, per_node=0)
+    rdv = {"t": C.RENDEZVOUS, "master_addr": "127.0.0.1", "master_port": 1, "local_rank": 0, "local_world_size": 1}
+    P.send_frame(kernel_end, {"t": C.WHERE})  # an interrupt asked before the last hello reached the kernel
+    P.send_frame(kernel_end, rdv)
+    got, store = rendezvous(rank_end, plan, 0, None)
+    assert got == rdv and store is not None
+    assert P.recv_frame(kernel_end, 1 << 20)["t"] == C.HELLO
+    P.send_frame(kernel_end, {"t": C.CELL})  # anything else first is still the kernel ending the run
+    with pytest.raises(RuntimeError, match="ended the run before it started"):
+        rendezvous(rank_end, plan, 0, None)
+    rank_end.close(), kernel_end.close()

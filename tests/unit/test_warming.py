@@ -4,7 +4,7 @@ from __future__ import annotations
 import threading
 
 from jupyter_torchdist.launchers import backend_for, stand_in
-from jupyter_torchdist.launchers.session import embedded as spark_session
+from jupyter_torchdist.launchers.session import embedded as spark_session, notebook
 from jupyter_torchdist.core.options import RunOptions
 
 
@@ -14,6 +14,8 @@ def test_only_runs_that_need_nothing_of_spark_go_local_and_only_while_it_starts(
     warm.start()
     monkeypatch.setattr(spark_session, "_warm_thread", warm)
     monkeypatch.setattr(spark_session, "warming", spark_session.warming)
+    # the notebook has no session of its own (this test process may hold one another test built)
+    monkeypatch.setattr(notebook, "own_classic_session", lambda: None)
     try:
         assert backend_for(RunOptions(n=2)).name == "local" and stand_in(RunOptions(n=2)) == "warming"
         local = RunOptions(n=2, local=True)

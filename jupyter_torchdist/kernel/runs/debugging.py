@@ -116,13 +116,18 @@ class Debugging:
                   "wait). q or c ends it; the run then fails with this error.", flush=True)
         self.sup.server.send(rank, C.RANK, {"t": C.PDB_REPLY, "line": "debug" if take else None})
 
-    def ask_where(self, ranks: list[int] | None = None) -> None:
+    def ask_where(self, ranks: list[int] | None = None) -> bool:
+        """Ask ranks where they are. Not before every rank has said hello: until the rendezvous goes out, a rank
+        reads only it (a rank still joining is said to be so, ``places.where_lines``)."""
         now = time.time()
         state = self.sup.state
+        if not state.hellos_complete():
+            return False
         for rank in state.running_ranks() if ranks is None else ranks:
             if self.sup.server.send(rank, C.RANK, {"t": C.WHERE}):
                 state.ranks[rank].debug.asked_at = now
         self.asked_at, self.sup.dirty = now, True
+        return True
 
     # -- time --------------------------------------------------------------------------------------------
     def tick(self, now: float) -> None:
@@ -197,9 +202,8 @@ class Debugging:
                 or state.debug.quit_rank is not None:
             return
         ranks = [r.rank for r in state.ranks if r.state in ("starting", "running")]
-        if not ranks:
+        if not ranks or not self.ask_where(ranks):
             return
-        self.ask_where(ranks)
         self.capturing = True
         try:
             deadline = time.time() + PLACE_WAIT_S

@@ -144,11 +144,19 @@ def place_snapshot(d: RankDebug, state: str, now: float) -> PlaceSnapshot | None
     return {"summary": summary, "frames": list(d.frames or []), "age_s": age}
 
 
+def _unsaid(r: RankLike) -> str:
+    """What a rank that never said where it was is said to be doing."""
+    if r.state == "pending":
+        return "never started"
+    joining = r.state == "starting" and r.debug.asked_at is None  # not asked: the group was still forming
+    return "starting: had not joined the group yet" if joining else _SILENT
+
+
 def where_lines(ranks: Sequence[RankLike], frames: int = 3) -> list[str]:
     """Each rank's place as the error says it: its line, then its innermost user frames with their code."""
     lines = []
     for r in ranks:
-        said = describe(r.debug, r.state) or ("never started" if r.state == "pending" else _SILENT)
+        said = describe(r.debug, r.state) or _unsaid(r)
         lines.append(f"  rank {r.rank}: {said}")
         if r.state not in ("done", "failed"):
             lines += [f"      {f['where']}: {f['code']}" for f in user_frames(r.debug.frames or [])[-frames:]]
@@ -157,7 +165,7 @@ def where_lines(ranks: Sequence[RankLike], frames: int = 3) -> list[str]:
 
 def grouped_where_lines(ranks: Sequence[RankLike], frames: int = 3) -> list[str]:
     """``where_lines`` for many ranks: the ranks grouped by what they say, counted, with one rank's frames each."""
-    said = [(r.rank, describe(r.debug, r.state) or ("never started" if r.state == "pending" else _SILENT))
+    said = [(r.rank, describe(r.debug, r.state) or _unsaid(r))
             for r in ranks]
     by_rank = {r.rank: r for r in ranks}
     lines = []
