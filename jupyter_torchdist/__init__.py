@@ -19,8 +19,9 @@ from .core.errors import (CaptureError, DistributeError, LaunchError, MemberFail
 from .core.space import choice, intrange, loguniform, uniform
 from .kernel.notebook_api import run, run_detailed, spark_session, sweep
 from .kernel.runs.run import Run
-from .kernel.runs.history import runs
+from .kernel.runs.history import runs as _kernel_runs
 from .kernel.sweeps.sweep import Sweep
+from .kernel.detached.client import DetachedRun
 from .kernel.kept.ranks import KeptInfo, Ranks
 from .kernel.magics.kept import kept
 from .kernel.runs.run import RunResult
@@ -36,12 +37,32 @@ __version__ = "0.1.0"
 __all__ = [
     "run", "run_detailed", "last_run", "RunResult", "TorchDistributor", "DeepspeedTorchDistributor", "Ranks",
     "KeptInfo", "kept", "spark_session",
-    "Run", "runs", "sweep", "Sweep", "loguniform", "uniform", "intrange", "choice", "flush_tracking",
+    "Run", "runs", "attach", "DetachedRun", "sweep", "Sweep", "loguniform", "uniform", "intrange", "choice",
+    "flush_tracking",
     "report", "rank", "local_rank", "world_size", "local_world_size", "is_main", "device", "barrier",
     "main_first", "on_main", "batches", "DataError", "commit", "restore", "preempted",
     "DistributeError", "OptionsError", "LaunchError", "CaptureError", "RunError", "RunFailed", "RunTimeout",
     "RunInterrupted", "MemberStoppedEarly", "MemberFailed", "load_ipython_extension", "unload_ipython_extension",
 ]
+
+
+def runs(detached: bool = False) -> Any:
+    """This kernel's runs, oldest first (a table in a notebook); with ``detached=True``, every detached run kept for
+    this user instead (``%%distribute --detach``: from any kernel, running or ended in the last seven days), each a
+    handle as ``attach`` gives it."""
+    if detached:
+        from .kernel.detached.client import detached_runs
+
+        return detached_runs()
+    return _kernel_runs()
+
+
+def attach(run_id: str) -> DetachedRun:
+    """A detached run's handle, from any kernel of the same user: ``state``, ``wait()``, ``result()``, ``value``,
+    ``stop()``, and its live view when displayed (``%distribute_attach ID`` shows it in a cell)."""
+    from .kernel.detached.client import attach as _attach
+
+    return _attach(run_id)
 
 
 def __getattr__(name: str) -> Any:

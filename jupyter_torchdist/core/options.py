@@ -46,6 +46,7 @@ class RunOptions:
     stall_after: float = DEFAULT_STALL_AFTER_S  # no progress, a rank this long in a collective: stalled (0: never)
     pdb: bool = False        # the root-cause rank's post-mortem in the notebook before the run fails
     background: bool = False  # the cell returns a handle at once; the run goes on while other cells execute
+    detach: bool = False      # a background run that goes on without its kernel (a runner of its own: detached/)
     sweep: Space = ()         # run the cell once per member of this space (a grid's combinations; background runs)
     concurrent: int | None = None  # a sweep's runs at once (default: as many as the slots allow)
     trials: int | None = None      # a random or Optuna search's members (core/search_options.py: these 11)
@@ -132,6 +133,7 @@ class RunOptions:
             **({"pdb": True} if self.pdb else {}),
             **({"stall_after": self.stall_after} if self.stall_after != DEFAULT_STALL_AFTER_S else {}),
             **({"background": True} if self.background else {}),
+            **({"detach": True} if self.detach else {}),
             **({"workdir": self.workdir} if self.workdir is not None else {}),
             **({"pip": list(self.pip)} if self.pip else {}),
             **({"requirements": self.requirements} if self.requirements else {}),
@@ -182,7 +184,24 @@ def _check_background(options: RunOptions) -> None:
     if options.sweep and options.script:
         raise OptionsError("--sweep sets names a cell reads; a script reads its arguments: run %distribute "
                            "--background once per argument list instead")
+    _check_detach(options)
     check_search(options)
+
+
+def _check_detach(options: RunOptions) -> None:
+    """Detached runs (docs/user-guide/detached-runs.md): background runs by definition, one cell's worth."""
+    if not options.detach:
+        return
+    if not options.background:
+        raise OptionsError("--detach runs in the background (its kernel may end): give --background too, or use "
+                           "the magic's --detach, which implies it")
+    if options.keep:
+        raise OptionsError("--detach and --keep: kept ranks live in their kernel (their names are its namespace); "
+                           "drop one of the two")
+    if options.sweep:
+        raise OptionsError("--detach runs one cell's run without its kernel; a sweep is not detached yet: detach each "
+                           "of its combinations (run(fn, detach=True, ...) in a loop), or run the sweep without "
+                           "--detach")
 
 
 def _whole(value: object) -> bool:
@@ -196,7 +215,8 @@ def _finite_positive(value: object) -> bool:
 MAGIC_PROG = "%%distribute"
 CLI_PROG = "python -m jupyter_torchdist"
 _CELL_ONLY = {"output": "-o/--output", "all_ranks": "--all-ranks", "keep": "--keep"}  # about a cell's value or state
-_NOTEBOOK_ONLY = {"background": "--background", "sweep": "--sweep", "concurrent": "--concurrent",  # a handle's
+_NOTEBOOK_ONLY = {"background": "--background", "detach": "--detach", "sweep": "--sweep",  # a handle's
+                  "concurrent": "--concurrent",
                   "trials": "--trials", "search": "--search", "seed": "--seed", "study": "--study"}
 
 
@@ -328,6 +348,11 @@ def _add_background_options(p: _Parser) -> None:
     p.add_argument("--background", action="store_true",
                    help="(notebook) return a handle to the run at once (jupyter_torchdist.Run: state, wait(), "
                         "result(), stop()); the live view keeps updating while other cells run")
+    p.add_argument("--detach", action="store_true",
+                   help="(notebook) like --background, and the run goes on when the kernel restarts, dies or shuts "
+                        "down: jupyter_torchdist.attach(ID) or %%distribute_attach ID in any later kernel gives its "
+                        "handle, view and value (kept 7 days). On this machine (--local, the embedded default) or a "
+                        "Spark Connect session")
     p.add_argument("--sweep", type=_sweep_space, default=(), metavar='"NAME=[V1, V2]; NAME=loguniform(A, B); ..."',
                    help="(notebook) run the cell once per member of this space, each name set as a global, as "
                         "background runs: lists make a grid (every combination); loguniform(A, B), uniform(A, B), "
@@ -376,6 +401,7 @@ def parse_argv(argv: list[str], prog: str = MAGIC_PROG) -> RunOptions:
                                "--background train.py ARGS).")
         if not values["script"]:
             raise OptionsError(f"no script given: {CLI_PROG} -n 2 train.py ARGS")
+    values["background"] = values["background"] or values["detach"]   # a detached run is a background run
     return RunOptions(**values)
 
 

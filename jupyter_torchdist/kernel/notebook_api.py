@@ -54,7 +54,7 @@ def run_detailed(fn: Callable[..., Any], *args: Any, n: int = 2, gpu: bool = Fal
 
 def run(fn: Callable[..., Any], *args: Any, n: int = 2, gpu: bool = False, local: bool = False,
         timeout: float | None = None, all_ranks: bool = False, data_workers: int | None = None,
-        max_restarts: int = 0, checkpoint_dir: str | None = None, background: bool = False,
+        max_restarts: int = 0, checkpoint_dir: str | None = None, background: bool = False, detach: bool = False,
         track: str | None = None, experiment: str | None = None, logdir: str | None = None,
         profile: bool | str | tuple[int, int] | None = None, workdir: str | None = None,
         pip: str | Sequence[str] = (), requirements: str | None = None, **kwargs: Any) -> Any:
@@ -64,20 +64,25 @@ def run(fn: Callable[..., Any], *args: Any, n: int = 2, gpu: bool = False, local
     arguments reaches the ranks as a handle for ``jupyter_torchdist.batches``; ``data_workers`` Spark tasks
     prepare its batches (default: the session's task slots beyond the ranks'). ``max_restarts`` and
     ``checkpoint_dir`` are ``--max-restarts`` and ``--checkpoint-dir`` (``jupyter_torchdist.commit``/``restore``).
-    With ``background=True`` a ``Run`` handle comes back at once (``.result()`` gives the value later).
+    With ``background=True`` a ``Run`` handle comes back at once (``.result()`` gives the value later); with
+    ``detach=True`` a ``DetachedRun`` handle, and the run goes on when this kernel ends (``attach(run.id)`` later).
     ``track`` (a tracker's name, several with commas, or "none": ``core/trackers.py`` lists them), ``experiment``,
     ``logdir`` and ``profile`` (True, or "START:STOP") are ``--track``, ``--experiment``, ``--logdir`` and
     ``--profile``;
     ``workdir`` (a folder, or "none"), ``pip`` (a requirement, or a list) and ``requirements`` (a file) are
     ``--workdir``, ``--pip`` and ``--requirements``.
     """
-    if background:
+    if background or detach:
         options = RunOptions(n=n, gpu=gpu, local=local, timeout=timeout, all_ranks=all_ranks,
                              data_workers=data_workers, max_restarts=max_restarts, checkpoint_dir=checkpoint_dir,
-                             background=True, **_recording(track, experiment, logdir, profile),
+                             background=True, detach=detach, **_recording(track, experiment, logdir, profile),
                              **_code(workdir, pip, requirements))
-        return launch_background(Work(fn, args, kwargs, title=f"run({getattr(fn, '__name__', 'fn')}) -n {n}"),
-                                 options)
+        work = Work(fn, args, kwargs, title=f"run({getattr(fn, '__name__', 'fn')}) -n {n}")
+        if detach:
+            from .detached.client import submit
+
+            return submit(work, options)
+        return launch_background(work, options)
     return run_detailed(fn, *args, n=n, gpu=gpu, local=local, timeout=timeout, all_ranks=all_ranks,
                         data_workers=data_workers, max_restarts=max_restarts, checkpoint_dir=checkpoint_dir,
                         track=track, experiment=experiment, logdir=logdir, profile=profile, workdir=workdir, pip=pip,

@@ -15,7 +15,8 @@ from .interrupts import guard_interrupts
 from .base import Backend, backend_for, backends, register, unregister
 
 __all__ = ["Launcher", "Capacity", "DataPlane", "Backend", "register", "unregister", "backends", "backend_for",
-           "launcher_for", "data_plane", "on_load", "on_unload", "guard_interrupts", "may_use_spark", "stand_in"]
+           "launcher_for", "data_plane", "on_load", "on_unload", "guard_interrupts", "may_use_spark", "stand_in",
+           "detach_target", "join_connect"]
 
 
 def _connect(options: RunOptions) -> bool:
@@ -38,6 +39,35 @@ def stand_in(options: RunOptions) -> str | None:
     from .session.embedded import warming  # imports nothing heavy; pyspark only if it is loaded already
 
     return "warming" if warming() else None
+
+
+def detach_target(options: RunOptions) -> str | None:
+    """Where a detached run (``--detach``) may run without this kernel: None for a runner of its own on this machine
+    (``--local``, or the embedded session the runner starts for itself), or the notebook's Spark Connect session's
+    address (the runner connects to the same server). A run on the notebook's classic session, whose driver is this
+    kernel, is refused (``OptionsError``) before anything starts."""
+    if options.local:
+        return None
+    from .session.notebook import connect_session, own_classic_session
+
+    connect = connect_session()
+    if connect is not None:
+        return str(connect.client._builder.url.geturl())
+    if own_classic_session() is not None:
+        from ..core.errors import OptionsError
+
+        raise OptionsError(
+            "--detach: the notebook's Spark session runs its driver in this kernel, so a run on it would end with the "
+            "kernel. Detach onto a Spark Connect session (SparkSession.builder.remote('sc://HOST:15002')"
+            ".getOrCreate(): the server is the driver), or run it on this machine with --local")
+    return None
+
+
+def join_connect(url: str) -> None:
+    """A detached run's runner: the Spark Connect session of the notebook that handed it over, active here."""
+    from pyspark.sql import SparkSession
+
+    SparkSession.builder.remote(url).getOrCreate()
 
 
 register("local", "jupyter_torchdist.launchers.local:LocalLauncher",

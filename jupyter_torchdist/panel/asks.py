@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any, Final
 
-from .folder import Held
+from ..core.held_folder import Held
 from .registry import RUN_ID, asks_dir
 
 __all__ = ["KINDS", "ask", "Inbox"]

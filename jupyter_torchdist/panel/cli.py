@@ -19,7 +19,7 @@ from typing import Any, Final, TextIO
 from ..views.style import duration, progress, rate
 from ..views.report_text import text_table
 from .asks import ask, wait_taken
-from .folder import RegistryError, registry_dir
+from ..core.held_folder import RegistryError, registry_dir
 from .listing import find, going, list_runs
 from .registry import RunEntry
 

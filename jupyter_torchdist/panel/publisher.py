@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from .asks import Inbox
-from .folder import Held, registry_dir
+from ..core.held_folder import Held, registry_dir
 from .kernel_runs import KernelRuns, latest_frame
 from .registry import (FORMAT, HEARTBEAT_S, VERSION, KernelRecord, RunEntry, check_kernel_id, clean, kernel_file,
                        reports_dir)

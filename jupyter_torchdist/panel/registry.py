@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any, Final, TypedDict
 
-from .folder import Held
+from ..core.held_folder import Held
 
 __all__ = ["FORMAT", "VERSION", "RunEntry", "KernelRecord", "ENDED", "HEARTBEAT_S", "STALE_S", "KEEP_S",
            "kernel_file", "asks_dir", "reports_dir", "read_records", "kernel_state", "clean", "check_kernel_id",

@@ -14,7 +14,7 @@ from typing import Any, Final
 
 from ..views.report import MIME_TYPE
 from ..views.trim import trim_snapshot
-from .folder import Held
+from ..core.held_folder import Held
 
 __all__ = ["Reports", "RUN_MIME", "SWEEP_MIME", "report_name"]
 

@@ -34,7 +34,7 @@ from jupyter_server.utils import url_path_join
 from tornado import web
 
 from .asks import ask
-from .folder import RegistryError, read_json, registry_dir
+from ..core.held_folder import RegistryError, read_json, registry_dir
 from .listing import Found, as_json, etag_of, find, going, list_runs
 from .registry import clean, reports_dir
 from .reports import SWEEP_MIME, report_name

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from jupyter_torchdist.panel.folder import registry_dir
+from jupyter_torchdist.core.held_folder import registry_dir
 from jupyter_torchdist.panel.registry import read_records
 
 from ..support import ROOT

@@ -15,7 +15,8 @@ from pathlib import Path
 PKG = Path(__file__).resolve().parents[2] / "jupyter_torchdist"
 ORDER = ["core", "channel", "views", "rank", "launchers", "data", "tracking", "kernel", "horovod", "panel", "top"]
 _SUBPACKAGES = set(ORDER) - {"top"}
-ROOT_MODULES = {"__init__", "__main__", "_daemon"}  # the front doors, and what Spark imports by name
+ROOT_MODULES = {"__init__", "__main__", "_daemon", "_detached"}  # the front doors, and what runs by name (Spark
+# imports _daemon; a detached run is the process python -m jupyter_torchdist._detached)
 
 
 def _modules() -> dict[str, Path]:
@@ -54,6 +55,8 @@ def _layer(mod: str) -> str:
         return "top"
     if parts[1] == "_daemon":
         return "launchers"  # Spark's Python daemon module: a launcher's part, at the path Spark's conf names
+    if parts[1] == "_detached":
+        return "top"  # a detached run's process: its front door, which lists the run in the panel
     assert parts[1] in _SUBPACKAGES, f"{mod}: every module but the front doors lives in a layer's folder"
     return parts[1]
 

@@ -26,6 +26,8 @@ SMALL_ON_PURPOSE = {
     "jupyter_torchdist/launchers/session/executors.py": "the doctor's task on every executor: Spark asked in one place",
     "jupyter_torchdist/horovod/compression.py": "Horovod's own layout (horovod/torch/compression.py)",
     "jupyter_torchdist/core/trackers.py": "the one list of trackers every part reads",
+    "jupyter_torchdist/core/contract/detached.py": "the contract of the runner's socket, a channel of its own",
+    "jupyter_torchdist/_detached.py": "a detached run's process, run by name: the one place it meets the panel",
 }
 
 

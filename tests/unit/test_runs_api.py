@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from jupyter_torchdist.panel import folder as F
+from jupyter_torchdist.core import held_folder as F
 from jupyter_torchdist.panel.asks import Inbox
 from jupyter_torchdist.panel.registry import FORMAT, VERSION, kernel_file, reports_dir
 

@@ -23,7 +23,7 @@ from jupyter_torchdist.kernel.sweeps.sweep import Sweep
 from jupyter_torchdist.panel import cli, publisher
 from jupyter_torchdist.panel.asks import ask
 from jupyter_torchdist.panel.entries import run_entry
-from jupyter_torchdist.panel.folder import read_json, registry_dir
+from jupyter_torchdist.core.held_folder import read_json, registry_dir
 from jupyter_torchdist.panel.registry import HEARTBEAT_S
 from jupyter_torchdist.views import NullView
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_torchdist.panel import folder as F
+from jupyter_torchdist.core import held_folder as F
 from jupyter_torchdist.panel.asks import Inbox, ask, wait_taken
 from jupyter_torchdist.panel.listing import as_json, etag_of, find, list_runs
 from jupyter_torchdist.panel.registry import (FORMAT, KEEP_S, STALE_S, VERSION, asks_dir, clean, kernel_file,

@@ -154,7 +154,8 @@ def test_inbound_is_what_the_unions_say_and_each_type_is_one_constant():
     assert C.SENDS == {C.RANK: set(rank), C.AGENT: set(agent)}
     outbound = _message_types(C.OutboundMessage)
     constants = {v for k, v in vars(C).items() if k.isupper() and isinstance(v, str) and k not in ("RANK", "BACKEND")}
-    every = [*rank, *agent, *channel, *backend, *outbound, *_message_types(C.FilesMessage)]
+    every = [*rank, *agent, *channel, *backend, *outbound, *_message_types(C.FilesMessage),
+             *_message_types(C.RunnerRequest)]
     assert sorted(every) == sorted(constants), "each message type is one constant, in exactly one union"
 
 

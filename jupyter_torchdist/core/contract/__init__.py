@@ -18,10 +18,10 @@ with its ``"rank"``.
 
 Its modules, by meaning: ``rank_messages`` (what a rank says), ``agent_messages`` (what its agent says),
 ``kernel_messages`` (what the kernel says to both), ``code`` (the notebook's code that travels, and the files
-connection that fetches it), ``notices`` (what the kernel's own side says into a run's inbox:
-its channel, launchers, data service and the user's requests), ``rendezvous`` (a rank's hello and the kernel's
-answer), ``debug`` (stacks and pdb, both ways), ``plan`` (what travels to every rank) and ``unions`` (who sends
-what). Import the names from here: ``from ..core import contract as C``.
+connection that fetches it), ``notices`` (what the kernel's own side says into a run's inbox: its channel,
+launchers, data service and the user's requests), ``rendezvous`` (a rank's hello and the kernel's answer), ``debug``
+(stacks and pdb, both ways), ``detached`` (a kernel and a detached run's runner), ``plan`` (what travels to every
+rank) and ``unions`` (who sends what). Import the names from here: ``from ..core import contract as C``.
 """
 from __future__ import annotations
 
@@ -38,6 +38,8 @@ from .notices import (CONNECTED, ConnectedMsg, DATA_STATUS, DataStatusMsg, DISCO
 from .debug import (FrameInfo, PDB, PDB_REPLY, PdbKind, PdbMsg, PdbReplyMsg, PLACE, PlaceMsg, WHERE, WHERE_WANTED,
                     WhereMsg, WhereWantedMsg)
 from .plan import HELLO, HelloMsg, RENDEZVOUS, RendezvousMsg
+from .detached import (LOOK, LookAnswer, LookMsg, MAX_REQUEST_BYTES, RunnerRequest, STOP_ASKED, StopAnswer,
+                       StopAskedMsg)
 from .plan import LaunchInfo, RunPlan, TLSPin
 from .code import BLOB, BlobMsg, Bundle, CodeShip, FETCH, FetchMsg, FilesMessage, NeededImport, PipSet
 from .unions import (AGENT, AGENT_SENDS, AgentMessage, BACKEND, BACKEND_SAYS, BackendMessage, CHANNEL_SAYS,
@@ -58,5 +60,6 @@ __all__ = [
     "PDB", "WHERE", "PDB_REPLY", "WHERE_WANTED", "FrameInfo", "PlaceMsg", "PdbMsg", "WhereMsg", "PdbReplyMsg",
     "WhereWantedMsg", "PdbKind", "STOP_WANTED", "StopWantedMsg", "FOCUS_WANTED", "FocusWantedMsg",
     "FETCH", "BLOB", "FetchMsg", "BlobMsg", "FilesMessage", "Bundle", "CodeShip", "NeededImport", "PipSet",
-    "PREEMPTED", "PreemptedMsg", "PREEMPT", "PreemptMsg",
+    "PREEMPTED", "PreemptedMsg", "PREEMPT", "PreemptMsg", "LOOK", "STOP_ASKED", "LookMsg", "StopAskedMsg",
+    "RunnerRequest", "LookAnswer", "StopAnswer", "MAX_REQUEST_BYTES",
 ]

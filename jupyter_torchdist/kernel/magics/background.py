@@ -14,13 +14,13 @@ from ..runs.history import find, last_background
 from ..sweeps.sweep import Sweep
 from ..sweeps.start import sweep_cell
 
-__all__ = ["run_background", "run_sweep", "wait_for", "stores_output"]
+__all__ = ["run_background", "run_detached", "attach_here", "run_sweep", "wait_for", "stores_output"]
 
 
-def stores_output(shell: Any, name: str | None) -> Callable[[Run], None]:
+def stores_output(shell: Any, name: str | None) -> Callable[[Any], None]:
     """``-o NAME`` of a cell that runs on: the notebook's NAME is set to the run's value if it succeeds, before
     ``%distribute_wait`` or ``run.wait()`` return."""
-    def store(run: Run) -> None:
+    def store(run: Any) -> None:
         if name and run.state == "done":
             shell.user_ns[name] = run.value
     return store
@@ -30,6 +30,34 @@ def run_background(shell: Any, work: Work, options: RunOptions) -> Run:
     """Start the run, its view in this cell; the handle is the cell's value. ``-o NAME`` is set when it succeeds."""
     view = make_view(shell, options.quiet, background=True)
     return launch_background(work, options, view, on_outcome=stores_output(shell, options.output))
+
+
+def run_detached(shell: Any, work: Work, options: RunOptions) -> Any:
+    """Hand the run to a runner of its own (``detached/``); its view in this cell while this kernel lives, the handle
+    the cell's value. ``-o NAME`` is set if it succeeds while this kernel still follows it."""
+    from ..detached.client import submit
+
+    view = make_view(shell, options.quiet, background=True)
+    run = submit(work, options, view)
+    if options.output:
+        run.on_outcome.append(stores_output(shell, options.output))
+    return run
+
+
+def attach_here(shell: Any, line: str) -> Any:
+    """``%distribute_attach ID``: the detached run's live view in this cell (its report once it has ended)."""
+    from ..detached.client import attach
+
+    text = line.strip()
+    if not text:
+        raise UsageError("%distribute_attach ID: the run's id, as run.id, jupyter_torchdist.runs(detached=True) or "
+                         "the runs panel show it")
+    try:
+        run = attach(text)
+    except (ValueError, LookupError) as exc:
+        raise UsageError(str(exc)) from None
+    run.show(make_view(shell, background=True))
+    return run
 
 
 def run_sweep(shell: Any, work: Work, options: RunOptions) -> Sweep:

@@ -91,6 +91,8 @@ class DistributeMagics(Magics):
             return None  # a syntax error, already shown the way IPython shows one
         if options.sweep:
             return background_magic.run_sweep(self.shell, work, options)
+        if options.detach:
+            return background_magic.run_detached(self.shell, work, options)
         if options.background:
             return background_magic.run_background(self.shell, work, options)
         result = launch(work, options, make_view(self.shell, options.quiet))
@@ -130,6 +132,12 @@ class DistributeMagics(Magics):
         value, or raise its error as the cell would have in the foreground. An interrupt stops the wait, not the
         run."""
         return background_magic.wait_for(line)
+
+    @line_magic
+    def distribute_attach(self, line: str) -> Any:
+        """Show a detached run's live view here (%distribute_attach ID: its id, as run.id, runs(detached=True) or
+        the runs panel give it); the handle is the cell's value."""
+        return background_magic.attach_here(self.shell, line)
 
     @line_magic
     def distribute_stop(self, line: str) -> None:

@@ -1,4 +1,5 @@
-"""The registry's folder: under Jupyter's runtime directory, owner-only, held open, written atomically.
+"""Our folders under Jupyter's runtime directory (the runs registry's, detached runs'): owner-only, held open,
+written atomically.
 
 Jupyter keeps the user's kernels' connection files in its runtime directory (``JUPYTER_RUNTIME_DIR``, else
 ``jupyter_core.paths.jupyter_runtime_dir()``); a kernel started by a Jupyter server inherits the server's, so the
@@ -165,6 +166,17 @@ class Held:
     def read(self, name: str) -> Any:
         """The JSON of the file ``name``: None unless it is a regular file of this user, at most ``MAX_BYTES``, and
         JSON (however deep: a file nested past Python's recursion limit is not one of ours)."""
+        data = self.read_bytes(name)
+        if data is None:
+            return None
+        try:
+            return json.loads(data)
+        except (ValueError, RecursionError):
+            return None
+
+    def read_bytes(self, name: str, max_bytes: int = MAX_BYTES) -> bytes | None:
+        """The bytes of the file ``name``: None unless it is a regular file of this user of at most ``max_bytes``
+        (never through a link, never blocking on a named pipe)."""
         where, kw = self._at(name)
         try:
             fd = os.open(where, os.O_RDONLY | _NOFOLLOW | _NONBLOCK, **kw)
@@ -172,20 +184,19 @@ class Held:
             return None
         with os.fdopen(fd, "rb") as f:
             info = os.fstat(fd)
-            if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_BYTES or \
+            if not stat.S_ISREG(info.st_mode) or info.st_size > max_bytes or \
                     (hasattr(os, "getuid") and info.st_uid != os.getuid()):
                 return None
-            data = f.read(MAX_BYTES + 1)
-        if len(data) > MAX_BYTES:
-            return None
-        try:
-            return json.loads(data)
-        except (ValueError, RecursionError):
-            return None
+            data = f.read(max_bytes + 1)
+        return data if len(data) <= max_bytes else None
 
     def write(self, name: str, value: Any) -> int:
         """Replace the file ``name`` with ``value`` as JSON, atomically, owner-only; the bytes written."""
-        data = _dumps(value)
+        return self.write_bytes(name, _dumps(value))
+
+    def write_bytes(self, name: str, data: bytes) -> int:
+        """Replace the file ``name`` with ``data``, atomically (a reader sees the old file or the new), owner-only,
+        under a name nobody could have made first."""
         tmp = f".{name}.{secrets.token_hex(8)}.tmp"
         where, kw = self._at(tmp)
         fd = os.open(where, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o600, **kw)

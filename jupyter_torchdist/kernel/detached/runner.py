@@ -1,0 +1,243 @@
+"""``python -m jupyter_torchdist._detached ID``: one detached run, from the spec its kernel left to its outcome,
+in a process of its own.
+
+The kernel starts it in a session of its own, so a kernel's restart, crash or shutdown does not reach it; it is the
+run's supervisor (its ranks' channel ends here, not in the kernel), drives it as a kernel drives a background run
+(``RunDriver.life``), and lists it in the runs panel as a kernel of its own ("detached-ID": the panel's and
+``jupyter-torchdist stop``'s requests reach it). Any kernel of its user attaches through its socket (``client.py``):
+``look`` gives the run's state and latest frame, ``stop`` stops it. When the run ends it writes the outcome (value or
+error, last frame) for a kernel to collect, saves the report beside the notebook, and exits: it outlives its run by
+nothing, and it never waits for a kernel.
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, Final
+
+from ...channel import protocol as P
+from ...core import contract as C
+from ...core.held_folder import Held
+from .store import MAX_SPEC_BYTES, check_id, held, notebook_report_path, peer_is_owner, run_folder, socket_path
+
+__all__ = ["main", "Frames", "FORMAT"]
+
+FORMAT: Final = 1   # the spec's and the outcome's layout
+
+
+class Frames:
+    """The run's view in the runner: nobody draws it here, it keeps the latest frame for the kernels that attach."""
+
+    def __init__(self) -> None:
+        from ...views.trim import REPORT
+
+        self.log_tail = REPORT.log_lines   # what a saved report keeps: an attached view shows as much
+        self.last: dict[str, Any] | None = None
+        self.final = False
+
+    @property
+    def focus(self) -> frozenset[int]:
+        return frozenset()
+
+    def start(self, snapshot: dict[str, Any]) -> None:
+        self.last = dict(snapshot)
+
+    def update(self, snapshot: dict[str, Any]) -> None:
+        self.last = dict(snapshot)
+
+    def finish(self, snapshot: dict[str, Any]) -> None:
+        self.last, self.final = dict(snapshot), True
+
+
+Publish = Callable[[str, "str | None"], Any]   # (kernel id, notebook) -> the panel's publisher (``close(by)``), or None
+
+
+def main(argv: list[str] | None = None, publish: Publish | None = None) -> int:
+    """Drive the run named on the command line; 0 once its outcome is written, whatever the outcome. ``publish``
+    lists it in the runs panel (``jupyter_torchdist._detached``, the runner's front door, hands it in)."""
+    args = sys.argv[1:] if argv is None else argv
+    run_id = check_id(args[0] if args else "")
+    top = held()
+    if top is None:
+        print(f"no detached runs' folder: run {run_id} was not handed over", file=sys.stderr)
+        return 2
+    with top, run_folder(top, run_id) as folder:
+        spec = _spec(folder)
+        folder.write("runner.json", {"pid": os.getpid(), "started": time.time()})
+        run, driver, frames = _driver(spec)
+        server = _Server(folder, run, frames)
+        publisher = _publish(publish, run_id, spec)
+        signal.signal(signal.SIGTERM, lambda *_: run.stop("SIGTERM to its runner"))
+        try:
+            driver.life(deadline=None)
+        except BaseException:
+            pass   # the outcome says it
+        _write_outcome(folder, run, frames)
+        _save_report(spec, run_id, frames)
+        server.close()
+        if publisher is not None:
+            publisher.close("its runner's end")
+    return 0
+
+
+def _spec(folder: Held) -> dict[str, Any]:
+    data = folder.read_bytes("spec.pkl", MAX_SPEC_BYTES)
+    if data is None:
+        raise SystemExit("the run's spec is not there (or not a file of this user's)")
+    spec: dict[str, Any] = pickle.loads(data)  # written by a kernel of this user into an owner-only folder
+    if spec.get("format") != FORMAT:
+        raise SystemExit(f"a spec of format {spec.get('format')!r}: this runner reads {FORMAT}")
+    for path in reversed(spec["sys_path"]):   # the notebook's imports resolve as in its kernel
+        if path not in sys.path:
+            sys.path.insert(0, path)
+    return spec
+
+
+def _driver(spec: Mapping[str, Any]) -> tuple[Any, Any, Frames]:
+    """The run's handle (with the id its kernel gave it) and its driver, as a kernel makes a background run's."""
+    from ..pickling import Packed
+    from ..runs.driver import RunDriver, Work
+    from ..runs.history import new_run
+    from ...tracking import recorder_for
+
+    if spec.get("connect_url"):   # the notebook's Spark Connect session: this process is one more client of it
+        from ...launchers import join_connect
+
+        join_connect(spec["connect_url"])
+    options = spec["options"]
+    work = Work(_not_here, title=spec["title"], filename=spec["filename"], source=spec["source"])
+    run = new_run(spec["title"], options)
+    run.id, run.submitted_at = spec["id"], spec["submitted"]
+    frames = Frames()
+    driver = RunDriver(run, Packed(spec["payload"], frozenset(spec["modules"])), options, work, frames,
+                       recorder=recorder_for(run, work, options))
+    driver.show_waiting(None)
+    return run, driver, frames
+
+
+def _not_here(*args: Any, **kwargs: Any) -> Any:
+    raise RuntimeError("a detached run's code travels packed: its runner never calls it")
+
+
+def _publish(publish: Publish | None, run_id: str, spec: Mapping[str, Any]) -> Any:
+    """The run in the runs panel and ``jupyter-torchdist runs``, as the only run of a kernel named for it."""
+    if publish is None:
+        return None
+    try:
+        return publish(f"detached-{run_id}", spec.get("notebook"))
+    except Exception:
+        return None   # the run goes on without the panel
+
+
+def _write_outcome(folder: Held, run: Any, frames: Frames) -> None:
+    """How the run ended, for a kernel to collect: its state, its value (pickled as the ranks sent it, by value)
+    or its error, its last frame."""
+    import cloudpickle
+
+    outcome: dict[str, Any] = {"format": FORMAT, "state": run.state, "ended": run.ended_at or time.time(),
+                               "frame": frames.last, "summary": run.summary(), "where": run.where, "title": run.title,
+                               "n": run.options.n, "value": None,
+                               "error": None}
+    try:
+        outcome["value"] = cloudpickle.dumps(run.value) if run.state == "done" else None
+    except Exception as exc:
+        outcome["state"], outcome["error"] = "failed", _error_bytes(RuntimeError(
+            f"the run succeeded, but its value could not be kept for a kernel to collect ({type(exc).__name__}: "
+            f"{exc}): return something picklable, or save it from rank 0 (torch.save) and return its path"))
+    if run.error is not None:
+        outcome["error"] = _error_bytes(run.error)
+    folder.write_bytes("outcome.pkl", pickle.dumps(outcome, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def _error_bytes(error: BaseException) -> bytes:
+    """The run's error as the collecting kernel raises it: its class, headline, failures and notes, without the
+    run's whole result (every rank's log lives in the frame)."""
+    import cloudpickle
+
+    held_result = getattr(error, "result", None)
+    try:
+        if held_result is not None:
+            error.result = None  # type: ignore[attr-defined]
+        return bytes(cloudpickle.dumps(error))
+    except Exception:
+        from ...core.errors import RunError
+
+        return bytes(cloudpickle.dumps(RunError(f"{type(error).__name__}: {error}")))
+    finally:
+        if held_result is not None:
+            error.result = held_result  # type: ignore[attr-defined]
+
+
+def _save_report(spec: Mapping[str, Any], run_id: str, frames: Frames) -> None:
+    """The report, beside the notebook that started the run (as an HTML page of its own)."""
+    path = notebook_report_path(spec.get("notebook"), spec["cwd"], run_id)
+    if path is None or frames.last is None:
+        return
+    from ...views.report_html import report_html
+
+    try:
+        body = report_html(frames.last)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(f"<!doctype html><meta charset='utf-8'><title>{spec['title'][:80]}</title>{body}\n")
+        os.replace(tmp, path)
+    except Exception as exc:
+        print(f"the report could not be saved at {path}: {type(exc).__name__}: {exc}", file=sys.stderr)
+
+
+class _Server:
+    """The runner's socket: only its owner's processes are answered (``peer_is_owner``)."""
+
+    def __init__(self, folder: Held, run: Any, frames: Frames) -> None:
+        self.run, self.frames, self.folder = run, frames, folder
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        folder.remove("sock")
+        old = os.umask(0o077)
+        try:
+            self.sock.bind(socket_path(folder))
+        finally:
+            os.umask(old)
+        self.sock.listen(16)
+        threading.Thread(target=self._accept, name="jtd-detached-server", daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            if not peer_is_owner(conn):
+                conn.close()   # another user: not a word
+                continue
+            threading.Thread(target=self._serve, args=(conn,), name="jtd-detached-client", daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        with conn:
+            while True:
+                try:
+                    ask = P.recv_frame(conn, C.MAX_REQUEST_BYTES)
+                    P.send_frame(conn, self._answer(ask))
+                except (OSError, EOFError, P.ProtocolError):
+                    return
+
+    def _answer(self, ask: Any) -> C.LookAnswer | C.StopAnswer | dict[str, str]:
+        kind = ask.get("t") if isinstance(ask, dict) else None
+        if kind == C.LOOK:
+            return {"state": self.run.state, "frame": self.frames.last, "where": self.run.where,
+                    "title": self.run.title, "n": self.run.options.n, "final": self.frames.final}
+        if kind == C.STOP_ASKED:
+            by = ask.get("by")
+            return {"stopped": bool(self.run.stop(by if isinstance(by, str) and by else "an attached kernel"))}
+        return {"error": f"unknown request {kind!r}"}
+
+    def close(self) -> None:
+        try:
+            self.sock.close()
+        finally:
+            self.folder.remove("sock")
+

@@ -1,0 +1,101 @@
+"""``%%distribute --detach`` in real kernels, as a user meets it: the run goes on when its kernel is killed mid-run,
+a kernel started afterwards attaches (``%distribute_attach`` draws the live view, ``jt.attach(ID).result()`` gives
+the value), the report is saved beside the notebook, a stop from the later kernel ends another detached run, and the
+runners go with their runs (nothing outlives them)."""
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from ..support.kernel import Kernel
+from ..support.procs import all_gone, process_alive
+
+CELL = """%%distribute -n 2 --local --detach
+import os, time, torch, torch.distributed as dist
+import jupyter_torchdist as jt
+step, end = 0, time.time() + 240
+while not os.path.exists({finish!r}) and time.time() < end:   # trains until the test says (not a race)
+    step += 1
+    jt.report(step=step, loss=1.0 / step)
+    time.sleep(0.2)
+t = torch.ones(1) * (dist.get_rank() + 1)
+dist.all_reduce(t)
+t.item()"""
+FOREVER = """%%distribute -n 2 --local --detach
+import time
+while True:
+    time.sleep(0.1)"""
+
+
+def _kernel(tmp_path: Path, folder: str, notebook: str | None = None) -> Kernel:
+    cwd = tmp_path / folder
+    cwd.mkdir()
+    env: dict[str, str | None] = {"JUPYTER_TORCHDIST_WARMUP": "0", "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"),
+                                  "JPY_SESSION_NAME": notebook}
+    k = Kernel(env, cwd=str(cwd))
+    k.ok("%load_ext jupyter_torchdist")
+    return k
+
+
+def _runner_pid(tmp_path: Path, run_id: str) -> int:
+    said = tmp_path / "runtime" / "jupyter-torchdist-detached" / run_id / "runner.json"
+    end = time.monotonic() + 60
+    while not said.exists() and time.monotonic() < end:
+        time.sleep(0.1)
+    return int(json.loads(said.read_text())["pid"])
+
+
+@pytest.mark.timeout(300)
+def test_a_detached_run_trains_on_after_its_kernel_is_killed_and_a_later_kernel_attaches(tmp_path: Path):
+    first = _kernel(tmp_path, "notebook", notebook="train.ipynb")
+    try:
+        finish = tmp_path / "finish"
+        shown = first.ok(CELL.format(finish=str(finish)))
+        found = re.search(r"<DetachedRun \(([0-9a-f]{12})\)", shown)
+        assert found, shown
+        run_id = found.group(1)
+        runner = _runner_pid(tmp_path, run_id)
+        training = first.ok("import time\nr = _\nend = time.time() + 120\nwhile time.time() < end and not any("
+                            "x.get('step') for x in (r.frame or {}).get('ranks', [])):\n    time.sleep(0.1)\n"
+                            "print(r.state)", timeout=150)
+        assert training == "running", training
+        first.km.restart_kernel(now=False)   # as Kernel > Restart does: the kernel shuts down, a new one starts
+        first.kc.wait_for_ready(timeout=60)
+        assert process_alive(runner), "the run's runner went with its kernel's restart"
+        assert first.ok(f"import jupyter_torchdist as jt\nprint(jt.attach('{run_id}').state)") == "running"
+    finally:
+        first.shutdown()   # then a crash: SIGKILL to the kernel's whole process group
+    assert process_alive(runner), "the run's runner went with its kernel"
+
+    later = _kernel(tmp_path, "elsewhere")
+    try:
+        r = later.execute(f"%distribute_attach {run_id}")
+        assert r["status"] == "ok", later.text(r)
+        assert any("application/vnd.jupyter.widget-view+json" in o.get("data", {}) for o in r["outputs"]), \
+            f"the attached cell draws the live view: {r['outputs']}"
+        assert f"<DetachedRun ({run_id})" in later.text(r)
+        finish.touch()   # the run may end now
+        value = later.ok(f"import jupyter_torchdist as jt\nrun = jt.attach('{run_id}')\nprint(run.result(timeout=150),"
+                         " run.state)", timeout=180)
+        assert value == "3.0 done", value
+        listed = later.ok("print([(h.id, h.state) for h in jt.runs(detached=True)])")
+        assert f"('{run_id}', 'done')" in listed, listed
+        assert all_gone({runner}, 30.0), "the runner outlived its run"
+        report = tmp_path / "notebook" / f"train.run-{run_id}.html"
+        assert report.exists() and "succeeded" in report.read_text().lower(), "the report is saved beside the notebook"
+
+        # a stop from this kernel ends another detached run (its runner stops its ranks, then goes)
+        shown = later.ok(FOREVER)
+        second = re.search(r"<DetachedRun \(([0-9a-f]{12})\)", shown).group(1)  # type: ignore[union-attr]
+        pid = _runner_pid(tmp_path, second)
+        stopped = later.ok("import time\nh = _\nend = time.time() + 120\nwhile h.state != 'running' and time.time() < "
+                           "end:\n    time.sleep(0.1)\nprint(h.stop())\nh.wait(60)\nprint(h.state, type(h.error)."
+                           "__name__)", timeout=180)
+        assert stopped.splitlines() == ["True", "stopped RunInterrupted"], stopped
+        assert all_gone({pid}, 30.0), "the stopped run's runner outlived it"
+    finally:
+        later.shutdown()

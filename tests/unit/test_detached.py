@@ -1,0 +1,156 @@
+"""Unit: detached runs' options, where they may run, their folder, and who their runner answers (detached/)."""
+from __future__ import annotations
+
+import os
+import pickle
+import socket
+import subprocess
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from jupyter_torchdist.core.errors import OptionsError, RunError
+from jupyter_torchdist.core.options import CLI_PROG, RunOptions, parse_argv, parse_options
+from jupyter_torchdist.kernel.detached import client, store
+from jupyter_torchdist.launchers import detach_target
+from jupyter_torchdist.launchers.session import notebook
+
+
+@pytest.fixture
+def runtime(tmp_path, monkeypatch):
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path / "runtime"))
+    return tmp_path / "runtime" / store.FOLDER_NAME
+
+
+def test_detach_is_a_background_run_of_one_cell_and_a_notebooks_only():
+    options = parse_options("-n 2 --local --detach")
+    assert options.detach and options.background and options.summary()["detach"] is True
+    for line, words in (("--detach --keep", "--keep"), ('--detach --sweep "lr=[0.1, 0.2]"', "sweep is not detached")):
+        with pytest.raises(OptionsError, match=words):
+            parse_options(line)
+    with pytest.raises(OptionsError, match="--background"):
+        RunOptions(detach=True)   # the API's detach=True says background=True too (notebook_api.run)
+    with pytest.raises(OptionsError) as refused:
+        parse_argv(["--detach", "train.py"], CLI_PROG)
+    assert str(refused.value).startswith("--detach give"), "the command line names what was given, not --background"
+
+
+def test_a_run_whose_spark_driver_is_the_kernel_is_refused_naming_spark_connect(monkeypatch):
+    local, default = RunOptions(local=True, background=True, detach=True), RunOptions(background=True, detach=True)
+    monkeypatch.setattr(notebook, "connect_session", lambda: None)
+    monkeypatch.setattr(notebook, "own_classic_session", lambda: None)
+    assert detach_target(default) is None   # the embedded default: the runner starts its own
+    monkeypatch.setattr(notebook, "own_classic_session", lambda: object())
+    assert detach_target(local) is None     # --local never touches the notebook's session
+    with pytest.raises(OptionsError, match=r"Spark Connect session \(SparkSession.builder.remote"):
+        detach_target(default)
+    url = SimpleNamespace(geturl=lambda: "sc://spark.example:15002/;user_id=me")
+    monkeypatch.setattr(notebook, "connect_session",
+                        lambda: SimpleNamespace(client=SimpleNamespace(_builder=SimpleNamespace(url=url))))
+    assert detach_target(default) == "sc://spark.example:15002/;user_id=me"   # its runner connects there
+
+
+def test_ids_are_the_handles_durable_ids_and_nothing_else():
+    assert store.check_id(" 0123456789AB ") == "0123456789ab"
+    for bad in ("../etc", "0123456789a", "0123456789abc", 12, None, "0123456789a/"):
+        with pytest.raises(ValueError, match="12 hex digits"):
+            store.check_id(bad)
+    with pytest.raises(ValueError):
+        client.attach("not an id")
+
+
+def test_ended_runs_are_kept_seven_days_and_a_dead_runners_folder_a_day(runtime):
+    top = store.held(create=True)
+    assert top is not None and oct(os.stat(runtime).st_mode & 0o777) == "0o700"
+    now = time.time()
+    with top:
+        for run_id, outcome_age, runner_pid in (("aaaaaaaaaaaa", 8 * 86400, None), ("bbbbbbbbbbbb", 6 * 86400, None),
+                                                ("cccccccccccc", None, 2**22 - 1), ("dddddddddddd", None, os.getpid())):
+            with store.run_folder(top, run_id, create=True) as folder:
+                folder.write_bytes("spec.pkl", b"x")
+                if runner_pid is not None:
+                    folder.write("runner.json", {"pid": runner_pid})
+                if outcome_age is not None:
+                    folder.write_bytes("outcome.pkl", b"x")
+                    os.utime(runtime / run_id / "outcome.pkl", (now - outcome_age, now - outcome_age))
+                os.utime(runtime / run_id / "spec.pkl", (now - 2 * 86400, now - 2 * 86400))
+        store.clean(top, now)
+        assert sorted(store.ids(top)) == ["bbbbbbbbbbbb", "dddddddddddd"]
+
+
+def test_a_runner_gone_without_an_outcome_ends_its_handle_lost_naming_its_log(runtime):
+    top = store.held(create=True)
+    assert top is not None
+    with top, store.run_folder(top, "eeeeeeeeeeee", create=True) as folder:
+        folder.write_bytes("spec.pkl", b"x")
+        folder.write("runner.json", {"pid": 2**22 - 1, "started": time.time()})
+    handle = client.attach("eeeeeeeeeeee")
+    assert handle.wait(10) and handle.state == "lost"
+    with pytest.raises(RunError, match="runner ended without saying how the run ended.*runner.log"):
+        handle.result()
+
+
+def test_an_outcome_gives_the_value_or_raises_the_runs_own_error(runtime):
+    import cloudpickle
+
+    from jupyter_torchdist.core.errors import RunTimeout
+
+    top = store.held(create=True)
+    assert top is not None
+    with top:
+        for run_id, outcome in (("111111111111", {"state": "done", "value": cloudpickle.dumps({"w": [1.0]})}),
+                                ("222222222222", {"state": "failed", "error": cloudpickle.dumps(
+                                    RunTimeout("--timeout 5 passed: every rank was stopped"))})):
+            with store.run_folder(top, run_id, create=True) as folder:
+                folder.write_bytes("spec.pkl", b"x")
+                folder.write_bytes("outcome.pkl", pickle.dumps({"format": 1, "title": "t", "frame": None, **outcome}))
+    assert client.attach("111111111111").result(5) == {"w": [1.0]}
+    failed = client.attach("222222222222")
+    with pytest.raises(RunTimeout, match="--timeout 5 passed"):
+        failed.result(5)
+    assert failed.state == "failed" and [h.id for h in client.detached_runs()] == ["111111111111", "222222222222"]
+
+
+@pytest.mark.skipif(not hasattr(os, "getuid") or os.getuid() != 0, reason="needs root, to connect as another user")
+def test_the_runners_socket_answers_its_owner_and_not_another_local_user(runtime):
+    import shutil
+    import tempfile
+
+    from jupyter_torchdist.kernel.detached.runner import Frames, _Server
+    from jupyter_torchdist.core.held_folder import Held
+
+    python = shutil.which("python3", path="/usr/bin:/bin")   # one every user may run (this venv's is root's)
+    assert python, "no system python3 to run as another user"
+    open_folder = tempfile.mkdtemp(prefix="jtd-open-", dir="/tmp")
+    folder = Held(__import__("pathlib").Path(open_folder))
+    run = SimpleNamespace(state="running", where="local", title="t", options=RunOptions(), stop=lambda by: True)
+    server = _Server(folder, run, Frames())
+    os.chmod(open_folder, 0o755)   # as if the folder's guard had failed: the socket's own check still holds
+    os.chmod(os.path.join(open_folder, "sock"), 0o777)
+    ask = ("import pickle, socket, struct, sys\n"
+           "s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1])\n"   # the path lets it connect: no OSError here
+           "data = pickle.dumps({'t': 'runner_stop', 'by': 'a test'})\n"
+           "try:\n    s.sendall(struct.pack('>I', len(data)) + data); head = s.recv(4)\n"
+           "except OSError:\n    head = b''\n"
+           "print(pickle.loads(s.recv(1 << 16)) if head else 'refused: closed')\n")
+
+    def as_user(uid: int) -> str:
+        done = subprocess.run([python, "-c", ask, os.path.join(open_folder, "sock")], capture_output=True, text=True,
+                              timeout=60, preexec_fn=(lambda: os.setuid(uid)) if uid else None, env={}, cwd="/")
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
+
+    try:
+        assert as_user(65534) == "refused: closed", "another user's process got an answer"
+        assert as_user(0) == "{'stopped': True}"
+    finally:
+        server.close()
+        folder.close()
+        shutil.rmtree(open_folder, ignore_errors=True)
+
+
+def test_peer_is_owner_reads_the_other_ends_uid():
+    a, b = socket.socketpair(socket.AF_UNIX)
+    with a, b:
+        assert store.peer_is_owner(a)
