@@ -64,7 +64,8 @@ def _row(entry: RunEntry, now: float, member: bool) -> list[str]:
             (f" ({', '.join(f'{n} {s}' for s, n in sorted(counts.items()))})" if counts else "")
     run_id = ("  " + entry["id"]) if member else entry["id"]
     cell = entry.get("params") if member else entry.get("cell")
-    return [run_id, str(entry.get("state")), str(entry.get("notebook") or "-"), shown,
+    notebook = str(entry.get("notebook") or "-") + (" (no kernel)" if entry.get("detached") else "")
+    return [run_id, str(entry.get("state")), notebook, shown,
             rate(entry.get("rate")) if entry.get("kind") == "run" and going(entry) else "-", _metric(entry),
             str(entry.get("backend") or "-"), _age(entry, now), str(cell or "")]
 

@@ -128,7 +128,7 @@ def run_entry(run: Any, frame: Mapping[str, Any] | None, *, kernel_id: str, note
     entry: RunEntry = {
         "kind": "run", "id": run.id, "number": run.number, "kernel_id": kernel_id, "notebook": notebook,
         "cell_id": cell.cell_id if cell else None, "cell": first_line(run.title) or "",
-        "background": bool(run.background), "sweep": sweep,
+        "background": bool(run.background), "detached": bool(getattr(run.options, "detach", False)), "sweep": sweep,
         "params": ", ".join(f"{k}={v}" for k, v in run.params.items())[:200] if run.params else None,
         "backend": None, "where": None, "ranks": int(run.options.n), "hosts": [], "host_count": 0,
         "state": _state(run), "status": None, "step": None, "total": None, "rate": None, "metric": None,

@@ -55,6 +55,8 @@ class RunEntry(TypedDict, total=False):
     cell_id: str | None       # the cell that started it (JupyterLab's cell id), when the front end said
     cell: str                 # the cell's first line ("%%distribute -n 2 --background")
     background: bool
+    detached: bool            # a detached run's (--detach): its runner holds it, no kernel does (``kernel_id`` names
+                              # the runner: "detached-<id>"); a kernel attaches with %distribute_attach ID
     sweep: str | None         # the sweep it is a member of (that sweep's id)
     params: str | None        # a sweep member's combination ("lr=0.1, width=64")
     backend: str | None       # "spark", "local", ... (None until known)
@@ -159,7 +161,7 @@ _FIELDS: Final[dict[str, Any]] = {
                      "outcome", "report"), _text),
     **dict.fromkeys(("step", "total", "rate", "submitted", "started", "ended"), _real),
     **dict.fromkeys(("ranks", "host_count"), _whole),
-    "background": lambda v: v if isinstance(v, bool) else None,
+    **dict.fromkeys(("background", "detached"), lambda v: v if isinstance(v, bool) else None),
     "metric": _metric,
     "hosts": lambda v: [h[:200] for h in v[:_LIST_MAX] if isinstance(h, str)] if isinstance(v, list) else None,
     "members": lambda v: [m for m in v[:_LIST_MAX] if isinstance(m, str) and RUN_ID.match(m)] if isinstance(v, list)

@@ -99,8 +99,8 @@ class _Handler(APIHandler):
         return False
 
 
-def _listed(runtime: str, everything: bool, notebooks: dict[str, str]) -> bytes:
-    return as_json(list_runs(_folder(runtime), everything, notebooks))
+def _listed(runtime: str, everything: bool, notebooks: dict[str, str], root: str | None) -> bytes:
+    return as_json(list_runs(_folder(runtime), everything, notebooks, root=root))
 
 
 class RunsHandler(_Handler):
@@ -110,7 +110,9 @@ class RunsHandler(_Handler):
     @authorized
     async def get(self) -> None:
         everything = self.get_argument("all", "0").lower() in ("1", "true", "yes")
-        body = await asyncio.to_thread(_listed, self.runtime, everything, await self.notebooks())
+        root = getattr(self.serverapp, "root_dir", None)
+        body = await asyncio.to_thread(_listed, self.runtime, everything, await self.notebooks(),
+                                       root if isinstance(root, str) else None)
         if not self.unchanged(etag_of(body)):
             self.send(body)
 

@@ -18,6 +18,8 @@ export interface IRunEntry {
   cell_id: string | null;
   cell: string;
   background: boolean;
+  /** A detached run's (`--detach`): its runner holds it, no kernel does; "Attach" adds `%distribute_attach ID`. */
+  detached?: boolean;
   sweep: string | null;
   params: string | null;
   backend: string | null;

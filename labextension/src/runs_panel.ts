@@ -31,6 +31,7 @@ interface INotebookLike {
   content?: {
     widgets?: readonly { model?: { id?: string }; node: HTMLElement }[];
     activeCellIndex: number;
+    activeCell?: { model?: { sharedModel?: { setSource(text: string): void } } } | null;
     scrollToItem?: (index: number, behavior?: string, margin?: number, align?: string) => Promise<void>;
   };
 }
@@ -159,7 +160,26 @@ export class RunsPanel extends Widget {
       openReport(this.app.shell, this.client, entry);
     } else if (action === 'stop') {
       this._stop(entry);
+    } else if (action === 'attach') {
+      this._attach(entry).catch(reason => {
+        this._status.textContent = `Could not attach: ${(reason as Error).message}`;
+      });
     }
+  }
+
+  /** A detached run: a new cell below the active one of the notebook on show, `%distribute_attach ID` in it. */
+  private async _attach(entry: IRunEntry): Promise<void> {
+    const current = this.app.shell.currentWidget as INotebookLike | null | undefined;
+    const notebook = current?.content;
+    if (!current || !notebook || typeof notebook.activeCellIndex !== 'number') {
+      this._status.textContent = `Open a notebook to attach in: Attach adds %distribute_attach ${entry.id} to it`;
+      return;
+    }
+    this.app.shell.activateById(current.id);
+    await this.app.commands.execute('notebook:insert-cell-below');
+    const cell = notebook.activeCell;
+    cell?.model?.sharedModel?.setSource(`%distribute_attach ${entry.id}`);
+    this._status.textContent = '';
   }
 
   private _stop(entry: IRunEntry): void {

@@ -19,6 +19,8 @@ export interface IShellLike {
   add(widget: Widget, area?: string, options?: Record<string, unknown>): void;
   activateById(id: string): void;
   widgets?(area?: string): Iterable<Widget>;
+  /** The main area's widget on show (a notebook, when the user is in one). */
+  readonly currentWidget?: unknown;
 }
 
 export class RunReportTab extends Widget {

@@ -89,6 +89,10 @@ function actions(e: IRunEntry, state: IRunsState): HTMLElement {
     !e.notebook));
   box.appendChild(button('report', 'Report', e.report || isGoing(e) ? "This run's report, in a tab" : 'No report yet',
     !e.report && !isGoing(e)));
+  if (e.detached) {
+    box.appendChild(button('attach', 'Attach', 'A new cell in the notebook you are in: %distribute_attach ' + e.id +
+      ' (its live view, its handle)'));
+  }
   links(e).forEach(link => box.appendChild(link));
   const asked = state.stopping.get(e.id);
   const stop = button('stop', asked === 'asked' || e.state === 'stopping' ? 'Stopping\u2026' : 'Stop',
@@ -120,6 +124,11 @@ function head(e: IRunEntry, state: IRunsState, member: boolean): HTMLElement {
   const badge = el('span', `${R}-state`, e.kind === 'sweep' ? `sweep ${e.state}` : e.state);
   badge.dataset.state = e.state;
   line.appendChild(badge);
+  if (e.detached) {
+    const alone = el('span', `${R}-detached`, 'no kernel');
+    alone.title = 'A detached run (--detach): it goes on without a kernel; Attach shows it in a notebook';
+    line.appendChild(alone);
+  }
   line.appendChild(title(e, member));
   const id = el('span', `${R}-id`, e.kind === 'sweep' ? `#s${e.number} ${e.id}` : `#${e.number} ${e.id}`);
   id.title = "its kernel's number, then its durable id (`jupyter-torchdist stop` takes it)";

@@ -4,10 +4,11 @@ Two notebooks each start a background run; the panel lists both, live, grouped b
 `jupyter-torchdist runs`; Stop in the panel ends one "stopped" in its notebook while the other trains on; a
 notification names it, its notebook and how it ended, and its button opens the run's report in a tab; a sweep is one
 row that opens to its members; a foreground run in a busy kernel stops from the panel too; a closed notebook's run
-stays listed while its kernel trains, and "Cell" reopens the notebook at the run's cell; a second server with another
-runtime directory sees none of it; when the server goes, each kernel's file says it ended and no process is left. One
-server and browser for the module (the two tests run in order on it). With JUPYTER_TORCHDIST_DOCS_SHOT=1 the panel is
-also shot into docs/runs-panel.png.
+stays listed while its kernel trains, and "Cell" reopens the notebook at the run's cell; a detached run is listed with
+"no kernel", its Attach adds a `%distribute_attach` cell to the notebook on show, its Stop ends it; a second server
+with another runtime directory sees none of it; when the server goes, each kernel's file says it ended and no process
+is left. One server and browser for the module (the two tests run in order on it). With
+JUPYTER_TORCHDIST_DOCS_SHOT=1 the panel is also shot into docs/runs-panel.png.
 """
 from __future__ import annotations
 
@@ -45,8 +46,9 @@ SWEEP = ("%%distribute -n 1 --local --sweep \"lr=[0.1, 0.2]\" --concurrent 2\n"
          "    time.sleep(0.1)\n"
          "    jt.report(step=step, total=30, loss=lr / step)")
 FOREGROUND = TRAIN.replace(" --background", "")
+DETACHED = TRAIN.replace(" --background", " --detach")
 NOTEBOOKS = {"a.ipynb": ["%load_ext jupyter_torchdist", TRAIN, SWEEP],
-             "b.ipynb": ["%load_ext jupyter_torchdist", TRAIN, FOREGROUND, "print('kernel alive:', 6 * 7)"]}
+             "b.ipynb": ["%load_ext jupyter_torchdist", TRAIN, FOREGROUND, "print('kernel alive:', 6 * 7)", DETACHED]}
 PANEL = "#jupyter-torchdist-runs"
 
 
@@ -115,7 +117,9 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     assert all_gone(family), "a kernel, a rank or a server outlived the server"
     folder = registry_dir(lab.tmp / "runtime")
     ended = {r["kernel_id"]: r["ended"] is not None for r in read_records(folder)} if folder else {}
-    assert len(ended) == 2 and all(ended.values()), f"each kernel says in its file that it ended: {ended}"
+    runners = [k for k in ended if k.startswith("detached-")]
+    assert len(runners) == 1 and all(ended.values()), f"each kernel, and the detached run's runner, says in its file " \
+        f"that it ended: {ended}"
 
 
 def _steps(lab: Lab, run_id: str) -> str:
@@ -200,6 +204,23 @@ def test_a_busy_kernels_foreground_run_stops_and_a_closed_notebooks_run_stays_li
         "() => { const w = window.jupyterapp.shell.currentWidget;"
         " return !!(w && w.context && w.context.path === 'b.ipynb' && w.content.activeCellIndex === 1); }",
         timeout=30_000)
+
+    # a detached run: listed with "no kernel"; Attach adds a cell that attaches to it; Stop ends it
+    lab.wait_idle_kernel()   # the reopened notebook's kernel (JupyterLab may ask which first)
+    lab.run_cell(0)          # its %load_ext again: a no-op on the kernel that kept running
+    lab.wait_idle_kernel()
+    lab.run_cell(4)
+    detached = _wait_for(lab, lambda e: e.get("detached") and e["state"] == "running" and e["step"])
+    assert detached["notebook"] == "b.ipynb" and detached["kernel_id"] == f"detached-{detached['id']}", detached
+    row = _row(lab, detached["id"])
+    assert row.locator(".jp-TorchDist-runs-detached").inner_text() == "no kernel"
+    row.locator("button[data-action='attach']").click()
+    lab.page.wait_for_function(
+        "(src) => { const nb = window.jupyterapp.shell.currentWidget.content;"
+        " return nb.widgets.length === 6 && nb.activeCell.model.sharedModel.getSource() === src; }",
+        arg=f"%distribute_attach {detached['id']}", timeout=30_000)
+    row.locator("button[data-action='stop']").click()
+    _wait_for(lab, lambda e: e["id"] == detached["id"] and e["state"] == "stopped", timeout=60)
 
     (lab.tmp / "another-user").mkdir()
     other = ApiServer(lab.tmp / "another-user")

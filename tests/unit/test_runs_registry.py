@@ -267,3 +267,19 @@ def test_a_malformed_file_costs_only_itself_and_never_the_extensions_load(reg: P
     finally:
         publisher.stop(shell)
         del os.environ["JUPYTER_RUNTIME_DIR"]
+
+
+def test_an_ended_detached_runs_row_stays_an_hour_and_absolute_notebook_paths_read_from_the_servers_root(reg: Path):
+    from jupyter_torchdist.panel.listing import DETACHED_SHOWN_S, list_runs
+
+    now = time.time()
+    F.write_json(kernel_file(reg, "detached-0123456789ab"), _record(
+        "detached-0123456789ab", ended=now - 60, states=("done",), notebook="/srv/lab/project/train.ipynb"))
+    F.write_json(kernel_file(reg, "detached-ba9876543210"), _record(
+        "detached-ba9876543210", ended=now - DETACHED_SHOWN_S - 1, states=("done",)))
+    F.write_json(kernel_file(reg, "plainkernel"), _record("plainkernel", ended=now - 60, states=("done",)))
+    shown = list_runs(reg, now=now, root="/srv/lab")
+    assert [(e["kernel_id"], e["state"], e["notebook"]) for e in shown] == [
+        ("detached-0123456789ab", "done", "project/train.ipynb")], "an ended kernel's runs go; a detached run's stay"
+    assert list_runs(reg, now=now, root="/elsewhere")[0]["notebook"] == "/srv/lab/project/train.ipynb"
+    assert len(list_runs(reg, everything=True, now=now)) == 3

@@ -1080,6 +1080,12 @@
   font-size: var(--jp-ui-font-size0, 11px);
 }
 
+.jp-TorchDist-runs-detached {
+  color: var(--td-muted);
+  font-size: var(--jp-ui-font-size0, 11px);
+  font-style: italic;
+}
+
 .jp-TorchDist-runs-state {
   font-size: var(--jp-ui-font-size0, 11px);
   font-weight: 600;
