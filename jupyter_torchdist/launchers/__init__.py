@@ -51,8 +51,9 @@ def detach_target(options: RunOptions) -> str | None:
     from .session.notebook import connect_session, own_classic_session
 
     connect = connect_session()
-    if connect is not None:
-        return str(connect.client._builder.url.geturl())
+    if connect is not None:   # pyspark keeps the address parsed as http://...; its own form is sc://...
+        parsed = str(connect.client._builder.url.geturl())
+        return "sc" + parsed[4:] if parsed.startswith("http") else parsed
     if own_classic_session() is not None:
         from ..core.errors import OptionsError
 

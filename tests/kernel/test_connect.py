@@ -178,3 +178,13 @@ def test_an_unreachable_channel_still_brings_back_the_value_tracebacks_and_logs(
     assert _value(kernel, ALL_REDUCE) == "3.0"  # back on the live channel
     assert _value(kernel, "%%distribute -n 2\nimport beside\nbeside.VALUE") == "7"  # fetched from the kernel
     assert "live progress" not in _value(kernel, "jt.last_run().state.notices()")
+
+
+def test_a_detached_run_goes_to_the_notebooks_connect_server_and_its_value_comes_back_by_id(kernel):
+    import re
+
+    shown = _ok(kernel, ALL_REDUCE.replace("%%distribute -n 2", "%%distribute -n 2 --detach"))
+    found = re.search(r"<DetachedRun \(([0-9a-f]{12})\)", shown)
+    assert found, shown
+    value = _value(kernel, f"h = jt.attach({found.group(1)!r})\n(h.result(timeout=200), h.where)", timeout=240)
+    assert value.startswith("(3.0, 'spark connect 127.0.0.1"), value   # its runner joined the same server

@@ -45,7 +45,7 @@ def test_a_run_whose_spark_driver_is_the_kernel_is_refused_naming_spark_connect(
     assert detach_target(local) is None     # --local never touches the notebook's session
     with pytest.raises(OptionsError, match=r"Spark Connect session \(SparkSession.builder.remote"):
         detach_target(default)
-    url = SimpleNamespace(geturl=lambda: "sc://spark.example:15002/;user_id=me")
+    url = SimpleNamespace(geturl=lambda: "http://spark.example:15002/;user_id=me")   # as pyspark keeps it parsed
     monkeypatch.setattr(notebook, "connect_session",
                         lambda: SimpleNamespace(client=SimpleNamespace(_builder=SimpleNamespace(url=url))))
     assert detach_target(default) == "sc://spark.example:15002/;user_id=me"   # its runner connects there
