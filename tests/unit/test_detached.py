@@ -154,3 +154,20 @@ def test_peer_is_owner_reads_the_other_ends_uid():
     a, b = socket.socketpair(socket.AF_UNIX)
     with a, b:
         assert store.peer_is_owner(a)
+
+
+def test_distribute_wait_takes_a_detached_runs_id(runtime):
+    import cloudpickle
+    from IPython.core.error import UsageError
+
+    from jupyter_torchdist.kernel.magics.background import wait_for
+
+    top = store.held(create=True)
+    assert top is not None
+    with top, store.run_folder(top, "333333333333", create=True) as folder:
+        folder.write_bytes("spec.pkl", b"x")
+        folder.write_bytes("outcome.pkl", pickle.dumps({"format": 1, "state": "done", "frame": None,
+                                                        "value": cloudpickle.dumps([1, 2])}))
+    assert wait_for("333333333333") == [1, 2]   # as %distribute_wait ID: its value
+    with pytest.raises(UsageError, match="runs\\(detached=True\\)"):
+        wait_for("444444444444")

@@ -71,7 +71,8 @@ def wait_for(line: str) -> Any:
     """``%distribute_wait [N]``: wait for run N (default: the last background run, or its whole sweep), then its
     value, or its error raised as a foreground cell's would be; a sweep's results table."""
     run = _which(line.strip())
-    target: Run | Sweep = run.sweep if run.sweep is not None and not line.strip() else run
+    sweep = getattr(run, "sweep", None)   # a detached run is of no sweep
+    target: Any = sweep if sweep is not None and not line.strip() else run
     try:
         target.wait()
     except KeyboardInterrupt:
@@ -82,7 +83,7 @@ def wait_for(line: str) -> Any:
     return target.result()
 
 
-def _which(text: str) -> Run:
+def _which(text: str) -> Any:
     if not text:
         run = last_background()
         if run is None:
@@ -90,7 +91,14 @@ def _which(text: str) -> Run:
         return run
     key: int | str = int(text.lstrip("#")) if text.lstrip("#").isdigit() else text
     run = find(key)
+    if run is None and len(text) == 12:
+        from ..detached.client import attach
+
+        try:
+            return attach(text)   # a detached run's id: this kernel, or one before it, handed it over
+        except (ValueError, LookupError):
+            pass
     if run is None:
         raise UsageError(f"no run {text} in this kernel: %distribute_wait takes a run's number or id, as "
-                         "jupyter_torchdist.runs() lists them")
+                         "jupyter_torchdist.runs() lists them (or a detached run's id: runs(detached=True))")
     return run
