@@ -29,6 +29,7 @@ class KernelLink:
         self._main: queue.SimpleQueue[C.ToRank | None] = queue.SimpleQueue()
         self._data: Callable[[C.DataReply | None], None] | None = None
         self._where: Callable[[], None] | None = None
+        self._asked = False  # a WHERE came before on_where: answered once the handler is there
         self._pdb: queue.SimpleQueue[C.PdbReplyMsg | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self.closed = False
@@ -43,8 +44,14 @@ class KernelLink:
             handler(None)
 
     def on_where(self, handler: Callable[[], None]) -> None:
-        """Answer WHERE with ``handler`` (called on the link's thread: it sends the main thread's stack)."""
-        self._where = handler
+        """Answer WHERE with ``handler`` (called on the link's thread: it sends the main thread's stack).
+
+        The kernel may ask as soon as every rank has said hello, before this rank got here: that WHERE is answered
+        now rather than dropped (a silent rank reads as one holding the GIL or gone)."""
+        with self._lock:
+            self._where, asked, self._asked = handler, self._asked, False
+        if asked:
+            handler()
 
     def pdb_reply(self) -> C.PdbReplyMsg | None:
         """The kernel's next answer to this rank's debugger; None once the channel is closed."""
@@ -75,8 +82,10 @@ class KernelLink:
             if handler is not None:
                 handler(msg)
         elif msg["t"] == C.WHERE:
-            if self._where is not None:
-                self._where()
+            with self._lock:
+                answer, self._asked = self._where, self._where is None
+            if answer is not None:
+                answer()
         elif msg["t"] == C.PDB_REPLY:
             self._pdb.put(msg)
         elif msg["t"] == C.PREEMPT:

@@ -165,3 +165,24 @@ def test_a_where_that_comes_while_the_group_forms_is_passed_over_for_the_rendezv
     with pytest.raises(RuntimeError, match="ended the run before it started"):
         rendezvous(rank_end, plan, 0, None)
     rank_end.close(), kernel_end.close()
+
+
+def test_a_where_that_comes_before_the_rank_can_answer_is_answered_once_it_can():
+    import socket
+
+    from jupyter_torchdist.channel import protocol as P
+    from jupyter_torchdist.rank.link import KernelLink
+
+    rank_end, kernel_end = socket.socketpair()
+    link = KernelLink(rank_end)
+    P.send_frame(kernel_end, {"t": C.WHERE})  # every rank said hello: the kernel asks while this one sets up
+    P.send_frame(kernel_end, {"t": C.RELEASE})
+    assert link.wait_release()  # the WHERE was read (it came first) with nothing yet to answer it
+    answered = threading.Event()
+    link.on_where(answered.set)
+    assert answered.is_set()  # answered as the handler came, not dropped
+    answered.clear()
+    P.send_frame(kernel_end, {"t": C.WHERE})
+    assert answered.wait(10)
+    kernel_end.close()
+    rank_end.close()
