@@ -21,7 +21,7 @@ from .kernel.notebook_api import run, run_detailed, spark_session, sweep
 from .kernel.runs.run import Run
 from .kernel.runs.history import runs as _kernel_runs
 from .kernel.sweeps.sweep import Sweep
-from .kernel.detached.client import DetachedRun
+from .kernel.detached.client import DetachedRun, DetachedSweep
 from .kernel.kept.ranks import KeptInfo, Ranks
 from .kernel.magics.kept import kept
 from .kernel.runs.run import RunResult
@@ -37,7 +37,8 @@ __version__ = "0.1.0"
 __all__ = [
     "run", "run_detailed", "last_run", "RunResult", "TorchDistributor", "DeepspeedTorchDistributor", "Ranks",
     "KeptInfo", "kept", "spark_session",
-    "Run", "runs", "attach", "DetachedRun", "sweep", "Sweep", "loguniform", "uniform", "intrange", "choice",
+    "Run", "runs", "attach", "DetachedRun", "DetachedSweep", "sweep", "Sweep", "loguniform", "uniform", "intrange",
+    "choice",
     "flush_tracking",
     "report", "rank", "local_rank", "world_size", "local_world_size", "is_main", "device", "barrier",
     "main_first", "on_main", "batches", "DataError", "commit", "restore", "preempted",
@@ -59,7 +60,8 @@ def runs(detached: bool = False) -> Any:
 
 def attach(run_id: str) -> DetachedRun:
     """A detached run's handle, from any kernel of the same user: ``state``, ``wait()``, ``result()``, ``value``,
-    ``stop()``, and its live view when displayed (``%distribute_attach ID`` shows it in a cell)."""
+    ``stop()``, and its live view when displayed (``%distribute_attach ID`` shows it in a cell); a detached sweep's
+    is a ``DetachedSweep`` (``rows()``, ``results()``, ``best()`` besides)."""
     from .kernel.detached.client import attach as _attach
 
     return _attach(run_id)

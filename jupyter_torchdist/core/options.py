@@ -189,7 +189,7 @@ def _check_background(options: RunOptions) -> None:
 
 
 def _check_detach(options: RunOptions) -> None:
-    """Detached runs (docs/user-guide/detached-runs.md): background runs by definition, one cell's worth."""
+    """Detached runs and sweeps (docs/user-guide/detached-runs.md): background runs by definition, never kept."""
     if not options.detach:
         return
     if not options.background:
@@ -198,10 +198,6 @@ def _check_detach(options: RunOptions) -> None:
     if options.keep:
         raise OptionsError("--detach and --keep: kept ranks live in their kernel (their names are its namespace); "
                            "drop one of the two")
-    if options.sweep:
-        raise OptionsError("--detach runs one cell's run without its kernel; a sweep is not detached yet: detach each "
-                           "of its combinations (run(fn, detach=True, ...) in a loop), or run the sweep without "
-                           "--detach")
 
 
 def _whole(value: object) -> bool:

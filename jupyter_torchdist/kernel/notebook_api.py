@@ -11,6 +11,7 @@ from ..views import NullView, RunView
 from .runs.run import RunResult
 from .runs.driver import Work, launch, launch_background
 from .sweeps.sweep import Sweep
+from .detached.client import DetachedSweep
 from .sweeps.start import sweep_function
 
 __all__ = ["run", "run_detailed", "sweep", "spark_session"]
@@ -97,7 +98,8 @@ def sweep(fn: Callable[..., Any], space: Mapping[str, Any], *args: Any, n: int =
           metric_reduce: str | None = None, study: str | None = None,
           track: str | None = None, experiment: str | None = None, logdir: str | None = None,
           profile: bool | str | tuple[int, int] | None = None, workdir: str | None = None,
-          pip: str | Sequence[str] = (), requirements: str | None = None, **kwargs: Any) -> Sweep:
+          pip: str | Sequence[str] = (), requirements: str | None = None, detach: bool = False,
+          **kwargs: Any) -> Sweep | DetachedSweep:
     """Call ``fn(*args, **kwargs, **params)`` on ``n`` ranks once per member of ``space``, as background runs,
     ``concurrent`` at once (default: as many as the task slots hold). Returns the sweep's handle at once:
     ``wait()``, ``results()``, ``best()``, ``stop()``, ``runs``.
@@ -109,14 +111,20 @@ def sweep(fn: Callable[..., Any], space: Mapping[str, Any], *args: Any, n: int =
     member runs, where no rule judges); ``study`` (a SQLite file) makes the search resumable. These keywords are the
     sweep's own: to hand ``fn`` an argument of one of these names, bind it first (``functools.partial``).
     ``track``/``experiment``/``logdir``/``profile`` record it as ``run`` does: a parent record, a child per member;
-    ``workdir``/``pip``/``requirements`` are ``run``'s.
+    ``workdir``/``pip``/``requirements`` are ``run``'s. With ``detach=True`` a ``DetachedSweep`` comes back instead:
+    the sweep goes on when this kernel ends (``attach(sweep.id)`` later).
     """
     options = RunOptions(n=n, gpu=gpu, local=local, timeout=timeout, all_ranks=all_ranks, concurrent=concurrent,
                          max_restarts=max_restarts, checkpoint_dir=checkpoint_dir, sweep=check_space(space),
                          background=True, trials=trials, search=search, seed=seed, metric=metric, mode=mode,
                          early_stop=early_stop, grace=grace, reduction_factor=reduction_factor, max_steps=max_steps,
-                         metric_reduce=metric_reduce, study=study,
+                         metric_reduce=metric_reduce, study=study, detach=detach,
                          **_recording(track, experiment, logdir, profile), **_code(workdir, pip, requirements))
+    if detach:
+        from .detached.client import submit_sweep
+
+        return submit_sweep(Work(fn, args, kwargs, title=f"sweep({getattr(fn, '__name__', 'fn')}) -n {n}"), options,
+                            as_globals=False)
     return sweep_function(fn, options, args, kwargs, NullView())
 
 

@@ -1,7 +1,7 @@
-"""``%%distribute --detach`` in real kernels, as a user meets it: the run goes on when its kernel is killed mid-run,
-a kernel started afterwards attaches (``%distribute_attach`` draws the live view, ``jt.attach(ID).result()`` gives
-the value), the report is saved beside the notebook, a stop from the later kernel ends another detached run, and the
-runners go with their runs (nothing outlives them)."""
+"""``%%distribute --detach`` in real kernels, as a user meets it: a run and a sweep go on when their kernel is killed
+mid-run, a kernel started afterwards attaches (``%distribute_attach`` draws the live view, ``jt.attach(ID).result()``
+gives the value, a sweep's handle its rows and best member), the report is saved beside the notebook, a stop from the
+later kernel ends another detached run, and the runners go with their runs (nothing outlives them)."""
 from __future__ import annotations
 
 import json
@@ -25,6 +25,15 @@ while not os.path.exists({finish!r}) and time.time() < end:   # trains until the
 t = torch.ones(1) * (dist.get_rank() + 1)
 dist.all_reduce(t)
 t.item()"""
+SWEEP = """%%distribute -n 1 --local --detach --sweep "lr=[0.1, 0.2]"
+import os, time
+import jupyter_torchdist as jt
+end = time.time() + 240
+while not os.path.exists({finish!r}) and time.time() < end:   # each member goes on until the test says
+    jt.report(step=1, loss=lr)
+    time.sleep(0.2)
+jt.report(step=2, loss=lr)
+lr * 10"""
 FOREVER = """%%distribute -n 2 --local --detach
 import time
 while True:
@@ -63,13 +72,18 @@ def test_a_detached_run_trains_on_after_its_kernel_is_killed_and_a_later_kernel_
                             "x.get('step') for x in (r.frame or {}).get('ranks', [])):\n    time.sleep(0.1)\n"
                             "print(r.state)", timeout=150)
         assert training == "running", training
+        swept = first.ok(SWEEP.format(finish=str(finish)))   # a whole sweep goes on without its kernel too
+        found = re.search(r"<DetachedSweep \(([0-9a-f]{12})\)", swept)
+        assert found, swept
+        sweep_id = found.group(1)
+        sweeper = _runner_pid(tmp_path, sweep_id)
         first.km.restart_kernel(now=False)   # as Kernel > Restart does: the kernel shuts down, a new one starts
         first.kc.wait_for_ready(timeout=60)
-        assert process_alive(runner), "the run's runner went with its kernel's restart"
+        assert process_alive(runner) and process_alive(sweeper), "a runner went with its kernel's restart"
         assert first.ok(f"import jupyter_torchdist as jt\nprint(jt.attach('{run_id}').state)") == "running"
     finally:
         first.shutdown()   # then a crash: SIGKILL to the kernel's whole process group
-    assert process_alive(runner), "the run's runner went with its kernel"
+    assert process_alive(runner) and process_alive(sweeper), "a runner went with its kernel"
 
     later = _kernel(tmp_path, "elsewhere")
     try:
@@ -87,6 +101,15 @@ def test_a_detached_run_trains_on_after_its_kernel_is_killed_and_a_later_kernel_
         assert all_gone({runner}, 30.0), "the runner outlived its run"
         report = tmp_path / "notebook" / f"train.run-{run_id}.html"
         assert report.exists() and "succeeded" in report.read_text().lower(), "the report is saved beside the notebook"
+        swept = later.ok(f"s = jt.attach('{sweep_id}')\ns.wait(150)\nprint(type(s).__name__, s.state, sorted((r['lr'], "
+                         "r['state'], r['value']) for r in s.rows()), s.best()['lr'])", timeout=180)
+        assert swept == "DetachedSweep done [(0.1, 'done', 1.0), (0.2, 'done', 2.0)] 0.1", swept
+        assert all_gone({sweeper}, 30.0), "the sweep's runner outlived it"
+        r = later.execute(f"%distribute_attach {sweep_id}")
+        assert r["status"] == "ok" and f"<DetachedSweep ({sweep_id})" in later.text(r), later.text(r)
+        assert any("application/vnd.jupyter-torchdist.sweep+json" in o.get("data", {}) for o in r["outputs"]), \
+            f"an ended sweep's attached cell draws its comparison: {r['outputs']}"
+        assert (tmp_path / "notebook" / f"train.run-{sweep_id}.html").exists(), "the sweep's comparison is saved"
 
         # a stop from this kernel ends another detached run (its runner stops its ranks, then goes)
         shown = later.ok(FOREVER)

@@ -23,12 +23,13 @@ def runtime(tmp_path, monkeypatch):
     return tmp_path / "runtime" / store.FOLDER_NAME
 
 
-def test_detach_is_a_background_run_of_one_cell_and_a_notebooks_only():
+def test_detach_is_a_background_run_or_sweep_and_a_notebooks_only():
     options = parse_options("-n 2 --local --detach")
     assert options.detach and options.background and options.summary()["detach"] is True
-    for line, words in (("--detach --keep", "--keep"), ('--detach --sweep "lr=[0.1, 0.2]"', "sweep is not detached")):
-        with pytest.raises(OptionsError, match=words):
-            parse_options(line)
+    with pytest.raises(OptionsError, match="--keep"):
+        parse_options("--detach --keep")
+    swept = parse_options('-n 1 --local --detach --sweep "lr=[0.1, 0.2]"')   # a whole sweep goes on without its kernel
+    assert swept.detach and swept.background and swept.sweep
     with pytest.raises(OptionsError, match="--background"):
         RunOptions(detach=True)   # the API's detach=True says background=True too (notebook_api.run)
     with pytest.raises(OptionsError) as refused:
@@ -171,3 +172,44 @@ def test_distribute_wait_takes_a_detached_runs_id(runtime):
     assert wait_for("333333333333") == [1, 2]   # as %distribute_wait ID: its value
     with pytest.raises(UsageError, match="runs\\(detached=True\\)"):
         wait_for("444444444444")
+
+
+def test_a_sweeps_member_carries_the_packed_cell_as_it_came_with_its_parameters():
+    from jupyter_torchdist.kernel.pickling import pack
+    from jupyter_torchdist.rank.sweep_params import PackedCall
+
+    def cell():
+        return lr * 10  # noqa: F821  (a sweep's name: set as the cell's global)
+
+    def fn(x, lr=None):
+        return (x, lr)
+
+    packed = pack(cell, max_bytes=1 << 20).data
+    member = pickle.loads(pickle.dumps(PackedCall(packed, {"lr": 0.2}, as_globals=True)))  # as the runner ships it
+    assert member() == 2.0
+    assert PackedCall(pack(fn, (1,), max_bytes=1 << 20).data, {"lr": 0.3}, as_globals=False)() == (1, 0.3)
+
+
+def test_a_detached_sweeps_handle_reads_its_rows_and_best_from_its_outcome(runtime):
+    import cloudpickle
+
+    rows = [{"lr": 0.1, "state": "done", "value": 1.0, "run": 1}, {"lr": 0.2, "state": "failed", "run": 2}]
+    top = store.held(create=True)
+    assert top is not None
+    with top, store.run_folder(top, "333333333333", create=True) as folder:
+        folder.write_bytes("spec.pkl", b"x")
+        folder.write("about.json", {"kind": "sweep", "title": "t", "n": 1})
+        folder.write_bytes("outcome.pkl", pickle.dumps({"format": 1, "title": "t", "frame": None, "state": "done",
+                                                         "value": cloudpickle.dumps((rows, rows[0]))}))
+    sweep = client.attach("333333333333")
+    assert isinstance(sweep, client.DetachedSweep) and sweep.wait(10)
+    assert sweep.result() == rows and sweep.best() == rows[0] and sweep.value == rows
+    assert repr(sweep) == "<DetachedSweep (333333333333) t: done>"
+
+
+def test_a_detached_sweeps_first_frame_is_a_comparison_with_its_plan(runtime):
+    options = parse_options('-n 1 --local --detach --sweep "lr=[0.1, 0.2]; w=[1, 2, 3]"')
+    handle = client.DetachedSweep("444444444444", "t", 1)   # no runner: only its first frame
+    handle.first_frame(options)
+    assert handle.frame["names"] == ["lr", "w"] and handle.frame["trials"] == 6 and handle.frame["runs"] == []
+    assert handle.rows() == []

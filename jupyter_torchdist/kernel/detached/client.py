@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from ...channel import protocol as P
 from ...core import contract as C
@@ -26,11 +26,12 @@ from ...core.options import RunOptions
 from ..handle import Handle, new_id
 from .store import MAX_SPEC_BYTES, check_id, clean, held, ids, peer_is_owner, pid_alive, run_folder, socket_path
 
-__all__ = ["DetachedRun", "submit", "attach", "detached_runs", "POLL_S", "START_S"]
+__all__ = ["DetachedRun", "DetachedSweep", "submit", "submit_sweep", "attach", "detached_runs", "POLL_S", "START_S"]
 
 POLL_S: Final = 0.5     # how often a followed run is asked for its state and frame
 START_S: Final = 120.0  # a runner that has not opened its socket by then, and has gone, never will
 MAX_ANSWER_BYTES: Final = 64 << 20
+_H = TypeVar("_H", bound="DetachedRun")
 
 
 class DetachedRun(Handle):
@@ -99,14 +100,18 @@ class DetachedRun(Handle):
             if ended:
                 view.finish(frame)
 
+    def new_view(self, shell: Any) -> Any:
+        """The view it is drawn on in a notebook (a run's live view; a sweep's comparison)."""
+        from ...views import make_view
+
+        return make_view(shell, background=True)
+
     def _ipython_display_(self) -> None:
         from IPython import get_ipython
 
-        from ...views import make_view
-
         shell = get_ipython()
         if getattr(shell, "kernel", None) is not None and not self._views:   # the magic drew one already
-            self.show(make_view(shell, background=True))
+            self.show(self.new_view(shell))
         super()._ipython_display_()
 
     # -- following it ------------------------------------------------------------------------------------------
@@ -258,6 +263,69 @@ class DetachedRun(Handle):
         return f"<DetachedRun ({self.id}) {self.title}{where}: {self._state}>"
 
 
+class DetachedSweep(DetachedRun):
+    """A sweep that goes on without its kernel (``--sweep ... --detach``, ``sweep(..., detach=True)``): its runner
+    runs the search, the early stopping and the study as a kernel would. ``rows()``, ``results()``, ``best()``
+    besides a ``DetachedRun``'s verbs; ``result()`` is ``rows()``; displayed, its comparison view."""
+
+    @property
+    def value(self) -> Any:
+        """Its rows once it has ended (whatever the members' outcomes); None before."""
+        return self.rows() if self.done() and self._error is None else None
+
+    def rows(self) -> list[dict[str, Any]]:
+        """A dict per member, as ``Sweep.rows()`` gives them once the sweep has ended (its runner kept them); while
+        it goes, each member's parameters, state, step and last metrics from its latest frame."""
+        if self.done() and isinstance(self._value_, tuple):
+            return [dict(r) for r in self._value_[0]]
+        frame = self._frame or {}
+        return [{**dict(r.get("params") or {}), "state": r.get("state"), "step": r.get("step"),
+                 **dict(r.get("metrics") or {}), "run": r.get("id")} for r in frame.get("runs") or []]
+
+    def results(self) -> Any:
+        """``rows()`` as a pandas DataFrame."""
+        import pandas as pd
+
+        return pd.DataFrame(self.rows())
+
+    def best(self) -> dict[str, Any] | None:
+        """The best finished member's row (the sweep's ``--metric``/``--mode``), once the sweep has ended; None
+        before, or when no member finished."""
+        if self.done() and isinstance(self._value_, tuple) and self._value_[1] is not None:
+            return dict(self._value_[1])
+        return None
+
+    def new_view(self, shell: Any) -> Any:
+        from ...views.compare import SweepView
+
+        return SweepView()
+
+    def first_frame(self, options: RunOptions) -> None:
+        """The comparison its view draws before the runner's first frame: no member yet, the plan."""
+        import math
+
+        from ...core.search_options import search_kind
+        from ..sweeps.comparison import SweepFacts, sweep_snapshot
+
+        kind = search_kind(options)
+        trials = math.prod(len(e) for _, e in options.sweep if isinstance(e, tuple)) if kind == "grid" else \
+            options.trials or 1
+        facts = SweepFacts(options.metric, options.mode, kind, options.early_stop, trials, options.sweep)
+        frame = dict(sweep_snapshot(self.title, [name for name, _ in options.sweep], [], {}, self._began,
+                                    self._began, options.concurrent, facts))
+        with self._lock:
+            self._frame = self._frame or frame
+
+    def _value(self) -> Any:
+        return self.rows()
+
+    def _name(self) -> str:
+        return f"detached sweep {self.id}"
+
+    def __repr__(self) -> str:
+        return f"<DetachedSweep ({self.id}) {self.title}: {self._state}>"
+
+
 def _draw(view: Any, frame: dict[str, Any] | None, first: bool, final: bool = False) -> None:
     if frame is None:
         return
@@ -315,6 +383,25 @@ def _spawned_alive(run_id: str) -> bool:
 def submit(work: Any, options: RunOptions, view: Any = None) -> DetachedRun:
     """Hand ``work`` to a runner of its own and return its handle at once (``view``: the cell's, drawn from the
     runner's frames while this kernel lives)."""
+    return _shown(DetachedRun(_hand_over(work, options, None), work.title, options.n), options, view)
+
+
+def submit_sweep(work: Any, options: RunOptions, view: Any = None, *, as_globals: bool) -> DetachedSweep:
+    """``submit`` for a sweep over ``options.sweep``: ``work`` is its cell (``as_globals``: each member's parameters
+    set as the cell's globals) or its function (given as keyword arguments)."""
+    run_id = _hand_over(work, options, "globals" if as_globals else "kwargs")
+    return _shown(DetachedSweep(run_id, work.title, options.n), options, view)
+
+
+def _shown(run: _H, options: RunOptions, view: Any) -> _H:
+    if view is not None:
+        run.first_frame(options)
+        run.show(view)
+    return run
+
+
+def _hand_over(work: Any, options: RunOptions, sweep: str | None) -> str:
+    """The run's spec written where only its user reads it, and its runner started; the run's id."""
     from ..pickling import pack
 
     from ...launchers import detach_target
@@ -326,13 +413,14 @@ def submit(work: Any, options: RunOptions, view: Any = None) -> DetachedRun:
             "payload": packed.data, "modules": sorted(packed.modules), "options": options,
             "sys_path": [p for p in sys.path if isinstance(p, str)], "cwd": os.getcwd(),
             "notebook": os.environ.get("JPY_SESSION_NAME") or None, "submitted": time.time(),
-            "connect_url": connect_url}
+            "connect_url": connect_url, "sweep": sweep}
     top = held(create=True)
     assert top is not None
     with top:
         _clean_quietly(top)
         with run_folder(top, run_id, create=True) as folder:
             folder.write_bytes("spec.pkl", pickle.dumps(spec, protocol=pickle.HIGHEST_PROTOCOL))
+            folder.write("about.json", {"kind": "sweep" if sweep else "run", "title": work.title, "n": options.n})
             log = os.open("runner.log", os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600,
                           dir_fd=folder.fd)
             try:
@@ -342,11 +430,7 @@ def submit(work: Any, options: RunOptions, view: Any = None) -> DetachedRun:
             finally:
                 os.close(log)
     threading.Thread(target=_spawned[run_id].wait, name=f"jtd-detached-reap-{run_id}", daemon=True).start()
-    run = DetachedRun(run_id, work.title, options.n)
-    if view is not None:
-        run.first_frame(options)
-        run.show(view)
-    return run
+    return run_id
 
 
 def _clean_quietly(top: Any) -> None:
@@ -369,7 +453,21 @@ def attach(run_id: str) -> DetachedRun:
     if not known:
         raise LookupError(f"no detached run {run_id} is kept for this user: jupyter_torchdist.runs(detached=True) "
                           "lists those that are (an ended run's value is kept seven days)")
-    return DetachedRun(run_id)
+    return _handle(run_id)
+
+
+def _handle(run_id: str) -> DetachedRun:
+    """A ``DetachedSweep`` for a sweep's id (its folder's about.json says so), else a ``DetachedRun``."""
+    about: Any = None
+    top = held()
+    if top is not None:
+        with top:
+            try:
+                with run_folder(top, run_id) as folder:
+                    about = folder.read("about.json")
+            except OSError:
+                about = None
+    return DetachedSweep(run_id) if isinstance(about, dict) and about.get("kind") == "sweep" else DetachedRun(run_id)
 
 
 def detached_runs() -> list[DetachedRun]:
@@ -379,4 +477,4 @@ def detached_runs() -> list[DetachedRun]:
         return []
     with top:
         found = ids(top)
-    return [DetachedRun(run_id) for run_id in found]
+    return [_handle(run_id) for run_id in found]

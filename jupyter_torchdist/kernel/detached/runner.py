@@ -70,15 +70,16 @@ def main(argv: list[str] | None = None, publish: Publish | None = None) -> int:
     with top, run_folder(top, run_id) as folder:
         spec = _spec(folder)
         folder.write("runner.json", {"pid": os.getpid(), "started": time.time()})
-        run, driver, frames = _driver(spec)
-        server = _Server(folder, run, frames)
+        frames = Frames()
+        handle, go = _sweep(spec, frames) if spec.get("sweep") else _run(spec, frames)
+        server = _Server(folder, handle, frames)
         publisher = _publish(publish, run_id, spec)
-        signal.signal(signal.SIGTERM, lambda *_: run.stop("SIGTERM to its runner"))
+        signal.signal(signal.SIGTERM, lambda *_: handle.stop("SIGTERM to its runner"))
         try:
-            driver.life(deadline=None)
+            go()
         except BaseException:
             pass   # the outcome says it
-        _write_outcome(folder, run, frames)
+        _write_outcome(folder, handle, frames, sweep=bool(spec.get("sweep")))
         _save_report(spec, run_id, frames)
         server.close()
         if publisher is not None:
@@ -99,26 +100,48 @@ def _spec(folder: Held) -> dict[str, Any]:
     return spec
 
 
-def _driver(spec: Mapping[str, Any]) -> tuple[Any, Any, Frames]:
-    """The run's handle (with the id its kernel gave it) and its driver, as a kernel makes a background run's."""
+def _run(spec: Mapping[str, Any], frames: Frames) -> tuple[Any, Callable[[], Any]]:
+    """The run's handle (with the id its kernel gave it) and what drives it, as a kernel makes a background run's."""
     from ..pickling import Packed
     from ..runs.driver import RunDriver, Work
     from ..runs.history import new_run
     from ...tracking import recorder_for
 
-    if spec.get("connect_url"):   # the notebook's Spark Connect session: this process is one more client of it
-        from ...launchers import join_connect
-
-        join_connect(spec["connect_url"])
+    _join(spec)
     options = spec["options"]
     work = Work(_not_here, title=spec["title"], filename=spec["filename"], source=spec["source"])
     run = new_run(spec["title"], options)
     run.id, run.submitted_at = spec["id"], spec["submitted"]
-    frames = Frames()
     driver = RunDriver(run, Packed(spec["payload"], frozenset(spec["modules"])), options, work, frames,
                        recorder=recorder_for(run, work, options))
     driver.show_waiting(None)
-    return run, driver, frames
+    return run, lambda: driver.life(deadline=None)
+
+
+def _sweep(spec: Mapping[str, Any], frames: Frames) -> tuple[Any, Callable[[], Any]]:
+    """The sweep, started as its kernel would start it (its search, its judge, its study): each member's run carries
+    the kernel's packed cell or function as it came (``PackedCall``), with the member's parameters."""
+    from ..runs.driver import Work
+    from ..sweeps.start import start_sweep
+    from ...rank.sweep_params import PackedCall
+
+    _join(spec)
+    payload, modules, as_globals = spec["payload"], frozenset(spec["modules"]), spec["sweep"] == "globals"
+
+    def work(params: dict[str, Any]) -> Work:
+        return Work(PackedCall(payload, dict(params), as_globals), title=spec["title"], filename=spec["filename"],
+                    source=spec["source"], ships=modules)
+
+    sweep = start_sweep(work, spec["options"], frames, spec["title"])
+    sweep.id = spec["id"]
+    return sweep, sweep.wait
+
+
+def _join(spec: Mapping[str, Any]) -> None:
+    if spec.get("connect_url"):   # the notebook's Spark Connect session: this process is one more client of it
+        from ...launchers import join_connect
+
+        join_connect(spec["connect_url"])
 
 
 def _not_here(*args: Any, **kwargs: Any) -> Any:
@@ -135,24 +158,50 @@ def _publish(publish: Publish | None, run_id: str, spec: Mapping[str, Any]) -> A
         return None   # the run goes on without the panel
 
 
-def _write_outcome(folder: Held, run: Any, frames: Frames) -> None:
+def _write_outcome(folder: Held, handle: Any, frames: Frames, *, sweep: bool = False) -> None:
     """How the run ended, for a kernel to collect: its state, its value (pickled as the ranks sent it, by value)
-    or its error, its last frame."""
+    or its error, its last frame; a sweep's rows (a row per member, as ``Sweep.rows()``) and its best row."""
     import cloudpickle
 
-    outcome: dict[str, Any] = {"format": FORMAT, "state": run.state, "ended": run.ended_at or time.time(),
-                               "frame": frames.last, "summary": run.summary(), "where": run.where, "title": run.title,
-                               "n": run.options.n, "value": None,
-                               "error": None}
-    try:
-        outcome["value"] = cloudpickle.dumps(run.value) if run.state == "done" else None
-    except Exception as exc:
-        outcome["state"], outcome["error"] = "failed", _error_bytes(RuntimeError(
-            f"the run succeeded, but its value could not be kept for a kernel to collect ({type(exc).__name__}: "
-            f"{exc}): return something picklable, or save it from rank 0 (torch.save) and return its path"))
-    if run.error is not None:
-        outcome["error"] = _error_bytes(run.error)
+    outcome: dict[str, Any] = {"format": FORMAT, "state": handle.state, "ended": time.time(),
+                               "frame": frames.last, "where": getattr(handle, "where", None), "title": handle.title,
+                               "n": handle.options.n, "value": None, "error": None}
+    if sweep:
+        outcome.update(_sweep_outcome(handle))
+    else:
+        outcome["ended"], outcome["summary"] = handle.ended_at or outcome["ended"], handle.summary()
+        try:
+            outcome["value"] = cloudpickle.dumps(handle.value) if handle.state == "done" else None
+        except Exception as exc:
+            outcome["state"], outcome["error"] = "failed", _error_bytes(RuntimeError(
+                f"the run succeeded, but its value could not be kept for a kernel to collect ({type(exc).__name__}: "
+                f"{exc}): return something picklable, or save it from rank 0 (torch.save) and return its path"))
+    error = getattr(handle, "error", None)
+    if error is not None:
+        outcome["error"] = _error_bytes(error)
     folder.write_bytes("outcome.pkl", pickle.dumps(outcome, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def _sweep_outcome(sweep: Any) -> dict[str, Any]:
+    """A sweep's rows and best row, pickled by value; a member's value that cannot be kept reads as its repr."""
+    import cloudpickle
+
+    rows = sweep.rows()
+    try:
+        best = sweep.best()
+    except Exception:
+        best = None
+    number = getattr(best, "number", None)
+    params = getattr(best, "params", None)
+    best_row = next((r for r in rows if number is not None and r.get("run") == number), None) or \
+        next((r for r in rows if params and all(r.get(k) == v for k, v in params.items())), None)
+    try:
+        data = cloudpickle.dumps((rows, best_row))
+    except Exception:
+        kept = [{k: (v if k != "value" else repr(v)) for k, v in r.items()} for r in rows]
+        data = cloudpickle.dumps((kept, next((r for r in kept if best_row and r.get("run") == best_row.get("run")),
+                                             None)))
+    return {"value": data}
 
 
 def _error_bytes(error: BaseException) -> bytes:
@@ -179,10 +228,11 @@ def _save_report(spec: Mapping[str, Any], run_id: str, frames: Frames) -> None:
     path = notebook_report_path(spec.get("notebook"), spec["cwd"], run_id)
     if path is None or frames.last is None:
         return
+    from ...views.compare import sweep_html
     from ...views.report_html import report_html
 
     try:
-        body = report_html(frames.last)
+        body = (sweep_html if spec.get("sweep") else report_html)(frames.last)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         tmp.write_text(f"<!doctype html><meta charset='utf-8'><title>{spec['title'][:80]}</title>{body}\n")
         os.replace(tmp, path)
@@ -194,7 +244,7 @@ class _Server:
     """The runner's socket: only its owner's processes are answered (``peer_is_owner``)."""
 
     def __init__(self, folder: Held, run: Any, frames: Frames) -> None:
-        self.run, self.frames, self.folder = run, frames, folder
+        self.run, self.frames, self.folder = run, frames, folder   # a Run, or a Sweep
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         folder.remove("sock")
         old = os.umask(0o077)
@@ -228,7 +278,7 @@ class _Server:
     def _answer(self, ask: Any) -> C.LookAnswer | C.StopAnswer | dict[str, str]:
         kind = ask.get("t") if isinstance(ask, dict) else None
         if kind == C.LOOK:
-            return {"state": self.run.state, "frame": self.frames.last, "where": self.run.where,
+            return {"state": self.run.state, "frame": self.frames.last, "where": getattr(self.run, "where", None),
                     "title": self.run.title, "n": self.run.options.n, "final": self.frames.final}
         if kind == C.STOP_ASKED:
             by = ask.get("by")

@@ -33,10 +33,12 @@ def run_background(shell: Any, work: Work, options: RunOptions) -> Run:
 
 
 def run_detached(shell: Any, work: Work, options: RunOptions) -> Any:
-    """Hand the run to a runner of its own (``detached/``); its view in this cell while this kernel lives, the handle
-    the cell's value. ``-o NAME`` is set if it succeeds while this kernel still follows it."""
-    from ..detached.client import submit
+    """Hand the run (or the sweep) to a runner of its own (``detached/``); its view in this cell while this kernel
+    lives, the handle the cell's value. ``-o NAME`` is set if it succeeds while this kernel still follows it."""
+    from ..detached.client import submit, submit_sweep
 
+    if options.sweep:
+        return submit_sweep(work, options, _sweep_view(shell, options), as_globals=True)
     view = make_view(shell, options.quiet, background=True)
     run = submit(work, options, view)
     if options.output:
@@ -56,15 +58,19 @@ def attach_here(shell: Any, line: str) -> Any:
         run = attach(text)
     except (ValueError, LookupError) as exc:
         raise UsageError(str(exc)) from None
-    run.show(make_view(shell, background=True))
+    run.show(run.new_view(shell))
     return run
 
 
 def run_sweep(shell: Any, work: Work, options: RunOptions) -> Sweep:
+    return sweep_cell(work.fn, options, _sweep_view(shell, options), title=work.title, filename=work.filename,
+                      source=work.source)
+
+
+def _sweep_view(shell: Any, options: RunOptions) -> Any:
     from ...views.compare import SweepView
 
-    view = SweepView() if not options.quiet and getattr(shell, "kernel", None) is not None else NullView()
-    return sweep_cell(work.fn, options, view, title=work.title, filename=work.filename, source=work.source)
+    return SweepView() if not options.quiet and getattr(shell, "kernel", None) is not None else NullView()
 
 
 def wait_for(line: str) -> Any:
@@ -78,7 +84,7 @@ def wait_for(line: str) -> Any:
     except KeyboardInterrupt:
         print(f"stopped waiting: {target!r} goes on (its .stop() stops it)", flush=True)
         raise
-    if isinstance(target, Sweep):
+    if isinstance(target, Sweep) or hasattr(target, "results"):   # a sweep, or a detached one
         return target.results()
     return target.result()
 

@@ -89,10 +89,10 @@ class DistributeMagics(Magics):
         work = self._cell_work(line, cell) if cell is not None else self._script_work(options)
         if work is None:
             return None  # a syntax error, already shown the way IPython shows one
+        if options.detach:   # a run or a sweep, handed to a runner of its own
+            return background_magic.run_detached(self.shell, work, options)
         if options.sweep:
             return background_magic.run_sweep(self.shell, work, options)
-        if options.detach:
-            return background_magic.run_detached(self.shell, work, options)
         if options.background:
             return background_magic.run_background(self.shell, work, options)
         result = launch(work, options, make_view(self.shell, options.quiet))

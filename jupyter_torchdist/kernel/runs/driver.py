@@ -54,6 +54,7 @@ class Work:
     title: str = ""
     filename: str = "<distributed>"
     source: str = ""
+    ships: frozenset[str] = frozenset()  # modules it needs that pickling it does not see (a packed cell it carries)
 
 
 @dataclass(frozen=True)
@@ -302,6 +303,8 @@ def prepare_background(work: Work, options: RunOptions, view: RunView | None = N
     if parent is None:
         _check_recording(options)
     payload = pack(work.fn, work.args, work.kwargs, max_bytes=options.max_payload_bytes)
+    if work.ships:
+        payload = Packed(payload.data, payload.modules | work.ships)
     options = replace(options, background=True)
     run = new_run(work.title, options, params)
     d = RunDriver(run, payload, options, work, view or NullView(), recorder=recorder_for(run, work, options, parent),
