@@ -140,5 +140,5 @@ def test_distribute_debug_opens_the_post_mortem_of_a_failed_kept_cell(kernel: Ke
     streams = "".join(o.get("text", "") for o in r["outputs"] if o["output_type"] == "stream")
     assert "-> items[k]" in streams and "\n5\n" in streams and "[1, 2]" in streams, streams
     r = kernel.execute("%%distribute --local --keep\nk", timeout=60)
-    assert r["status"] == "ok", "the kept ranks go on after the post-mortem"
+    assert r["status"] == "ok", f"the kept ranks go on after the post-mortem: {kernel.text(r)}"
     kernel.execute("%distribute_stop")

@@ -1,7 +1,8 @@
-"""``%%distribute --detach`` in real kernels, as a user meets it: a run and a sweep go on when their kernel is killed
-mid-run, a kernel started afterwards attaches (``%distribute_attach`` draws the live view, ``jt.attach(ID).result()``
-gives the value, a sweep's handle its rows and best member), the report is saved beside the notebook, a stop from the
-later kernel ends another detached run, and the runners go with their runs (nothing outlives them)."""
+"""``%%distribute --detach`` in real kernels, as a user meets it: runs (on local processes and on the default embedded
+session) and a sweep go on when their kernel is restarted and then killed mid-run; a kernel started afterwards
+attaches (``%distribute_attach`` draws the live view, ``jt.attach(ID).result()`` gives the value, a sweep's handle
+its rows and best member); the report is saved beside the notebook; a stop from the later kernel ends another
+detached run; the runners go with their runs (nothing outlives them)."""
 from __future__ import annotations
 
 import json
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from ..support.kernel import Kernel
-from ..support.procs import all_gone, process_alive
+from ..support.procs import all_gone, descendants_of, process_alive
 
 CELL = """%%distribute -n 2 --local --detach
 import os, time, torch, torch.distributed as dist
@@ -50,6 +51,15 @@ def _kernel(tmp_path: Path, folder: str, notebook: str | None = None) -> Kernel:
     return k
 
 
+def _handed(kernel: Kernel, cell: str, name: str) -> str:
+    """Run a --detach cell; its handle kept as ``name``; the run's id."""
+    shown = kernel.ok(cell)
+    found = re.search(r"<DetachedRun \(([0-9a-f]{12})\)", shown)
+    assert found, shown
+    kernel.ok(f"{name} = _")
+    return found.group(1)
+
+
 def _runner_pid(tmp_path: Path, run_id: str) -> int:
     said = tmp_path / "runtime" / "jupyter-torchdist-detached" / run_id / "runner.json"
     end = time.monotonic() + 60
@@ -63,15 +73,15 @@ def test_a_detached_run_trains_on_after_its_kernel_is_killed_and_a_later_kernel_
     first = _kernel(tmp_path, "notebook", notebook="train.ipynb")
     try:
         finish = tmp_path / "finish"
-        shown = first.ok(CELL.format(finish=str(finish)))
-        found = re.search(r"<DetachedRun \(([0-9a-f]{12})\)", shown)
-        assert found, shown
-        run_id = found.group(1)
-        runner = _runner_pid(tmp_path, run_id)
-        training = first.ok("import time\nr = _\nend = time.time() + 120\nwhile time.time() < end and not any("
-                            "x.get('step') for x in (r.frame or {}).get('ranks', [])):\n    time.sleep(0.1)\n"
-                            "print(r.state)", timeout=150)
-        assert training == "running", training
+        run_id = _handed(first, CELL.format(finish=str(finish)), "local_run")   # local processes of its runner
+        spark_id = _handed(first, CELL.replace(" --local", "").format(finish=str(finish)), "spark_run")  # the default:
+        runner, sparker = _runner_pid(tmp_path, run_id), _runner_pid(tmp_path, spark_id)  # its runner's own session
+        training = first.ok("import time\nend = time.time() + 150\nwhile time.time() < end and not all(any(x.get("
+                            "'step') for x in (r.frame or {}).get('ranks', [])) for r in (local_run, spark_run)):\n"
+                            "    time.sleep(0.1)\nprint(local_run.state, spark_run.state)", timeout=180)
+        assert training == "running running", training
+        spark_family = descendants_of(sparker) | {sparker}   # its JVM, Spark's Python workers, the ranks
+        assert len(spark_family) > 3, spark_family
         swept = first.ok(SWEEP.format(finish=str(finish)))   # a whole sweep goes on without its kernel too
         found = re.search(r"<DetachedSweep \(([0-9a-f]{12})\)", swept)
         assert found, swept
@@ -79,11 +89,11 @@ def test_a_detached_run_trains_on_after_its_kernel_is_killed_and_a_later_kernel_
         sweeper = _runner_pid(tmp_path, sweep_id)
         first.km.restart_kernel(now=False)   # as Kernel > Restart does: the kernel shuts down, a new one starts
         first.kc.wait_for_ready(timeout=60)
-        assert process_alive(runner) and process_alive(sweeper), "a runner went with its kernel's restart"
+        assert all(map(process_alive, (runner, sparker, sweeper))), "a runner went with its kernel's restart"
         assert first.ok(f"import jupyter_torchdist as jt\nprint(jt.attach('{run_id}').state)") == "running"
     finally:
         first.shutdown()   # then a crash: SIGKILL to the kernel's whole process group
-    assert process_alive(runner) and process_alive(sweeper), "a runner went with its kernel"
+    assert all(map(process_alive, (runner, sparker, sweeper))), "a runner went with its kernel"
 
     later = _kernel(tmp_path, "elsewhere")
     try:
@@ -96,6 +106,9 @@ def test_a_detached_run_trains_on_after_its_kernel_is_killed_and_a_later_kernel_
         value = later.ok(f"import jupyter_torchdist as jt\nrun = jt.attach('{run_id}')\nprint(run.result(timeout=150),"
                          " run.state)", timeout=180)
         assert value == "3.0 done", value
+        value = later.ok(f"print(jt.attach('{spark_id}').result(timeout=150))", timeout=180)
+        assert value == "3.0", value
+        assert all_gone(spark_family, 30.0), "the embedded session's processes outlived their detached run"
         listed = later.ok("print([(h.id, h.state) for h in jt.runs(detached=True)])")
         assert f"('{run_id}', 'done')" in listed, listed
         assert all_gone({runner}, 30.0), "the runner outlived its run"

@@ -264,9 +264,9 @@ class DetachedRun(Handle):
 
 
 class DetachedSweep(DetachedRun):
-    """A sweep that goes on without its kernel (``--sweep ... --detach``, ``sweep(..., detach=True)``): its runner
-    runs the search, the early stopping and the study as a kernel would. ``rows()``, ``results()``, ``best()``
-    besides a ``DetachedRun``'s verbs; ``result()`` is ``rows()``; displayed, its comparison view."""
+    """A sweep that goes on without its kernel (``--detach`` with ``--sweep``, or ``sweep(fn, space, detach=True)``):
+    its runner runs the search, the early stopping and the study as a kernel would. ``rows()``, ``results()``,
+    ``best()`` besides a ``DetachedRun``'s verbs; ``result()`` is ``rows()``; displayed, its comparison view."""
 
     @property
     def value(self) -> Any:
