@@ -154,7 +154,8 @@ def sweep_entry(sweep: Any, number: int, members: list[RunEntry], *, kernel_id: 
     return {
         "kind": "sweep", "id": sweep.id, "number": number, "kernel_id": kernel_id, "notebook": notebook,
         "cell_id": cell.cell_id if cell else None, "cell": first_line(sweep.title) or "", "background": True,
-        "sweep": None, "params": None, "backend": next((m["backend"] for m in members if m.get("backend")), None),
+        "detached": bool(getattr(sweep.options, "detach", False)), "sweep": None, "params": None,
+        "backend": next((m["backend"] for m in members if m.get("backend")), None),
         "where": next((m["where"] for m in members if m.get("where")), None),
         "ranks": int(sweep.options.n), "hosts": [], "host_count": 0, "state": state, "status": None,
         "step": ended, "total": int(getattr(sweep.search, "planned", 0) or len(members)) or None, "rate": None,

@@ -267,3 +267,17 @@ def test_old_kernels_files_are_looked_for_at_most_every_ten_minutes(tmp_path: Pa
     os.utime(tmp_path / ".cleaned", (old, old))
     publisher._clean_quietly(tmp_path)
     assert calls == [tmp_path, tmp_path]
+
+
+def test_a_detached_sweeps_row_is_the_detached_one_and_its_members_offer_no_attach(kernel: Any) -> None:
+    options = parse_options('-n 1 --local --detach --sweep "lr=[0.1, 0.2]"')
+    sweep = Sweep("%%distribute -n 1 --sweep", options, NullView(), make_search(options.sweep, "grid", None, None,
+                                                                                "min", None))
+    run = Run(1, sweep.title, options.__class__(n=1, local=True, background=True), {"lr": 0.1})  # as start_sweep
+    run.sweep = sweep                                                                  # makes members: not detached
+    sweep.runs.append(run)
+    kernel.held.append(run)
+    entries = kernel._entries(kernel.held)
+    head = next(e for e in entries if e["kind"] == "sweep")
+    member = next(e for e in entries if e["kind"] == "run")
+    assert head["detached"] is True and member["detached"] is False  # Attach takes the sweep's id, not a member's

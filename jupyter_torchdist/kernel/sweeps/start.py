@@ -40,9 +40,9 @@ def start_sweep(make_work: Callable[[dict[str, Any]], Work], options: RunOptions
             seed = store.draw_seed(seed) if store is not None else seed
         search = make_search(options.sweep, kind, options.trials, seed, options.mode, options.study)
         search.skip(drawn)
-        member_options = replace(options, background=True, sweep=(), concurrent=None, output=None, trials=None,
-                                 search=None, seed=None, early_stop="none", reduction_factor=None, max_steps=None,
-                                 metric_reduce=None, study=None)
+        member_options = replace(options, background=True, detach=False, sweep=(), concurrent=None, output=None,
+                                 trials=None, search=None, seed=None, early_stop="none", reduction_factor=None,
+                                 max_steps=None, metric_reduce=None, study=None)   # detached: the sweep as a whole
         sweep = Sweep(title, options, view, search, store)
         sweep.most = most
         sweep.recorder = parent = sweep_recorder(options, title)
