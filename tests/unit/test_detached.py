@@ -213,3 +213,21 @@ def test_a_detached_sweeps_first_frame_is_a_comparison_with_its_plan(runtime):
     handle.first_frame(options)
     assert handle.frame["names"] == ["lr", "w"] and handle.frame["trials"] == 6 and handle.frame["runs"] == []
     assert handle.rows() == []
+
+
+def test_a_sweeps_outcome_keeps_its_rows_and_best_and_a_value_that_cannot_travel_as_its_repr():
+    import threading
+
+    import cloudpickle
+
+    from jupyter_torchdist.kernel.detached.runner import _sweep_outcome
+
+    rows = [{"lr": 0.1, "state": "done", "value": 1.0, "run": 1}, {"lr": 0.2, "state": "done", "value": 2.0, "run": 2}]
+    sweep = SimpleNamespace(rows=lambda: rows, best=lambda: SimpleNamespace(number=2, params={"lr": 0.2}))
+    kept, best = cloudpickle.loads(_sweep_outcome(sweep)["value"])
+    assert kept == rows and best == rows[1]
+    lock = threading.Lock()   # a member's value no pickle takes: the rows still come, that value as its repr
+    odd = [{"lr": 0.1, "state": "done", "value": lock, "run": 1}]
+    failing = SimpleNamespace(rows=lambda: odd, best=lambda: (_ for _ in ()).throw(ValueError("no finished member")))
+    kept, best = cloudpickle.loads(_sweep_outcome(failing)["value"])
+    assert kept == [{"lr": 0.1, "state": "done", "value": repr(lock), "run": 1}] and best is None
