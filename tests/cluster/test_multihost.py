@@ -77,10 +77,12 @@ def _values(r: dict) -> list:
 
 def test_ranks_on_two_hosts_form_the_group_whatever_their_names_resolve_to(hosts):
     made, kernel, layout = hosts
-    r = kernel.execute(f"%%distribute -n 2 --all-ranks\n{ALL_REDUCE}", timeout=180)
+    # -n 4 fills both hosts' two slots: with -n 2, Spark may place both tasks on one host (it offers whatever
+    # executors have free cores at that moment), and the group would not cross hosts at all
+    r = kernel.execute(f"%%distribute -n 4 --all-ranks\n{ALL_REDUCE}", timeout=180)
     assert r["status"] == "ok", kernel.text(r) + made.cluster.logs()
-    assert sorted(_values(r)) == [("tdh1", 2.0), ("tdh2", 2.0)]
-    rerun = kernel.execute(f"%%distribute -n 2\n{ALL_REDUCE}", timeout=120)
+    assert sorted(_values(r)) == [("tdh1", 4.0)] * 2 + [("tdh2", 4.0)] * 2
+    rerun = kernel.execute(f"%%distribute -n 4\n{ALL_REDUCE}", timeout=120)
     assert rerun["status"] == "ok", kernel.text(rerun)
     shown = kernel.text(kernel.execute("print(sorted(r.where for r in jt.last_run().state.ranks))"))
     assert "tdh1 (198.18.0.11)" in shown and "tdh2 (198.18.0.12)" in shown, shown

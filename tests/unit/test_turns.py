@@ -73,6 +73,25 @@ def test_a_stop_or_the_deadline_ends_the_wait_and_the_next_in_line_moves_up():
     assert turns.numbers("spark") == [1]
 
 
+def test_a_ticket_that_joined_the_line_goes_first_even_if_it_asks_for_its_turn_last():
+    """A background kept cell joins the line when it is submitted; its thread asks later than the next cell does."""
+    turns, out = Turns(), []
+    background, foreground = Ticket(1, 1, "kept ranks 1", what="turn"), Ticket(2, 1, "kept ranks 1", what="turn")
+    turns.join(background)
+    later = _waiter(turns, foreground, 1, out)
+    time.sleep(0.3)
+    assert out == [], "the cell submitted second went first"
+    assert turns.wait(background, lambda: 1) == "go"
+    turns.release(background)
+    later.join(2)
+    assert out == [(2, "go")]
+    turns.release(foreground)
+    gone = Ticket(3, 1, "kept ranks 1", what="turn")
+    turns.join(gone)
+    turns.leave(gone)  # its run ended before it asked: it holds up nobody
+    assert turns.wait(Ticket(4, 1, "kept ranks 1", what="turn"), lambda: 1) == "go"
+
+
 def test_a_kept_sets_turn_is_said_as_such():
     turns, said = Turns(), []
     assert turns.wait(Ticket(5, 1, "kept ranks 1", what="turn"), lambda: 1) == "go"

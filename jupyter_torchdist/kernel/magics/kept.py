@@ -102,6 +102,7 @@ def run_kept(shell: Any, line: str, cell: str, options: RunOptions, number: int)
 
         d.show_waiting(None)
         d.run.on_outcome.append(stores_output(shell, options.output))
+        d.arrive()  # in line now: the next cell on these ranks runs after this one, whenever its thread starts
         start_on_thread(d)
         return d.run
     result = d.life(deadline=None)

@@ -86,6 +86,7 @@ class RunDriver:
         self.waiting: RunState | None = None  # the run as its view shows it until its ranks start
         self.launcher: Launcher | None = None
         self.folder: CheckpointFolder | None = None
+        self.arrived: list[Pool] | None = None  # its pools, its place in the first one taken at submission (arrive)
         run.driver = weakref.ref(self)  # while it drives the run: the runs panel reads its view's frame
 
     # -- the life of a run --------------------------------------------------------------------------------------------
@@ -95,8 +96,9 @@ class RunDriver:
         session gone) ends the run with that error: a run never stays queued. The handle says the run ended before
         its places go to the next run in line."""
         held: list[Ticket] = []
+        pools = self.arrived
         try:
-            for pool in self.pools():
+            for pool in pools if pools is not None else self.pools():
                 self._take_turn(pool, deadline)
                 held.append(pool.ticket)
             self._begin()
@@ -119,8 +121,18 @@ class RunDriver:
         finally:
             for ticket in held:
                 turns.release(ticket)
+            if pools:
+                turns.leave(pools[0].ticket)  # it ended before it asked for its turn (a no-op once it did)
             if self.folder is not None:
                 self.folder.remove()
+
+    def arrive(self) -> None:
+        """Take the run's place in line now, in the submitting thread: a background run asks for its turn on a thread
+        of its own, and a cell submitted after it must not get there first (kept cells build on each other's state).
+        Only the first pool: a place in a later one is taken once the run holds the first."""
+        self.arrived = list(self.pools())
+        if self.arrived:
+            turns.join(self.arrived[0].ticket)
 
     # -- its steps -----------------------------------------------------------------------------------------------------
     def _slots(self) -> list[Pool]:

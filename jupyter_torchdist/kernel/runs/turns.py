@@ -63,10 +63,14 @@ class Turns:
         ``capacity()``: the pool's slots in all (None: no fixed number). ``show_waiting`` gets what the run waits for,
         each time that changes. The ticket is given back with ``release`` once its run has ended."""
         with self._cv:
-            if not any(t.pool == ticket.pool for t in (*self._held, *self._waiting)) and not stopped():
+            others = [t for t in (*self._held, *self._waiting) if t.pool == ticket.pool and t is not ticket]
+            if not others and not stopped():
+                if ticket in self._waiting:
+                    self._waiting.remove(ticket)
                 self._held.append(ticket)  # alone in its pool: nothing to wait for (the launcher checks the rest)
                 return "go"
-            self._waiting.append(ticket)
+            if ticket not in self._waiting:
+                self._waiting.append(ticket)
         said = ""
         try:
             while True:
@@ -92,6 +96,20 @@ class Turns:
                 if ticket in self._waiting:
                     self._waiting.remove(ticket)
                     self._cv.notify_all()  # those behind it may go now
+
+    def join(self, ticket: Ticket) -> None:
+        """Take ``ticket``'s place in line now; its ``wait`` comes later (on a background run's own thread, which may
+        start after a cell submitted later has asked for its turn: that cell still goes after it)."""
+        with self._cv:
+            if ticket not in self._waiting and ticket not in self._held:
+                self._waiting.append(ticket)
+
+    def leave(self, ticket: Ticket) -> None:
+        """A ticket that joined the line will not wait after all (its run ended before it asked for its turn)."""
+        with self._cv:
+            if ticket in self._waiting:
+                self._waiting.remove(ticket)
+                self._cv.notify_all()
 
     def release(self, ticket: Ticket) -> None:
         """The run ended (or handed its slots to a longer-lived holder): the next in line may go."""
