@@ -6,7 +6,10 @@ detached run; the runners go with their runs (nothing outlives them)."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -68,6 +71,16 @@ def _runner_pid(tmp_path: Path, run_id: str) -> int:
     return int(json.loads(said.read_text())["pid"])
 
 
+def _listed_step(tmp_path: Path, run_id: str) -> float:
+    """The run's step as ``jupyter-torchdist runs --json`` lists it (the runs panel's API, from a terminal)."""
+    env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime")}
+    out = subprocess.run([sys.executable, "-m", "jupyter_torchdist", "runs", "--json"], env=env, capture_output=True,
+                         text=True, timeout=60, check=True).stdout
+    entries = {e.get("id"): e for e in json.loads(out)}
+    assert run_id in entries, f"{run_id} is not listed: {out}"
+    return float(entries[run_id].get("step") or 0)
+
+
 @pytest.mark.timeout(300)
 def test_a_detached_run_trains_on_after_its_kernel_is_killed_and_a_later_kernel_attaches(tmp_path: Path):
     first = _kernel(tmp_path, "notebook", notebook="train.ipynb")
@@ -94,6 +107,11 @@ def test_a_detached_run_trains_on_after_its_kernel_is_killed_and_a_later_kernel_
     finally:
         first.shutdown()   # then a crash: SIGKILL to the kernel's whole process group
     assert all(map(process_alive, (runner, sparker, sweeper))), "a runner went with its kernel"
+    first_step = _listed_step(tmp_path, run_id)   # no kernel now: the run goes on stepping, as the runs list shows
+    end = time.monotonic() + 30
+    while _listed_step(tmp_path, run_id) <= first_step and time.monotonic() < end:
+        time.sleep(0.5)
+    assert _listed_step(tmp_path, run_id) > first_step, "the step `jupyter-torchdist runs --json` shows stood still"
 
     later = _kernel(tmp_path, "elsewhere")
     try:
