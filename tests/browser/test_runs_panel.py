@@ -17,6 +17,7 @@ import os
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -122,6 +123,16 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
         f"that it ended: {ended}"
 
 
+def _set_notifications(lab: Lab, on: bool) -> None:
+    """The user's setting, saved as JupyterLab's Settings Editor saves it (its settings API)."""
+    body = json.dumps({"raw": json.dumps({"notifications": on})}).encode()
+    request = urllib.request.Request(f"{lab.base}/lab/api/settings/jupyter-torchdist:runs", data=body, method="PUT",
+                                     headers={"Authorization": f"token {lab.token}",
+                                              "Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as r:
+        assert r.status in (200, 204), r.status
+
+
 def _steps(lab: Lab, run_id: str) -> str:
     return _row(lab, run_id).locator(".jp-TorchDist-runs-meta").inner_text().split(" ")[0]
 
@@ -221,6 +232,21 @@ def test_a_busy_kernels_foreground_run_stops_and_a_closed_notebooks_run_stays_li
         arg=f"%distribute_attach {detached['id']}", timeout=30_000)
     row.locator("button[data-action='stop']").click()
     _wait_for(lab, lambda e: e["id"] == detached["id"] and e["state"] == "stopped", timeout=60)
+    # a detached run's end is announced as a background run's is
+    lab.page.locator(".Toastify__toast", has_text=f"({detached['id']}) in b.ipynb stopped").wait_for(timeout=30_000)
+
+    # off by the setting "notifications" (read as the page loads): a run that ends then is not announced
+    _set_notifications(lab, False)
+    lab.page.reload(wait_until="domcontentloaded")
+    lab.page.wait_for_function("() => !!(window.jupyterapp && window.jupyterapp.shell)", timeout=60_000)
+    time.sleep(6)   # the notifier's first look (at once, then every 5 s) sees b's run still training
+    stop = subprocess.run([sys.executable, "-m", "jupyter_torchdist", "stop", b["id"]], capture_output=True, text=True,
+                          timeout=60, env=dict(os.environ, JUPYTER_RUNTIME_DIR=str(lab.tmp / "runtime")))
+    assert stop.returncode == 0, stop.stdout + stop.stderr
+    _wait_for(lab, lambda e: e["id"] == b["id"] and e["state"] == "stopped", timeout=60)
+    time.sleep(11)  # two more looks
+    said = lab.page.locator(".Toastify__toast", has_text=f"({b['id']}) in b.ipynb")
+    assert said.count() == 0, f"announced with notifications off: {said.all_inner_texts()}"
 
     (lab.tmp / "another-user").mkdir()
     other = ApiServer(lab.tmp / "another-user")

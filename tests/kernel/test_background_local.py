@@ -107,7 +107,8 @@ def test_kept_cells_in_the_background_take_turns_never_interleaved(kernel):
     assert r["status"] == "ok" and "<Run" in _plain(r)
     seen: list[dict] = []
     r = kernel.execute("%%distribute --local --keep\nlog.append('second')\nlog", watch=seen.append, timeout=120)
-    assert _plain(r) == "['first', 'second']", kernel.text(r)
+    first = kernel.text(kernel.execute("print(jt.runs()[-2], jt.runs()[-2].error)"))
+    assert _plain(r) == "['first', 'second']", f"the background cell: {first}\n{kernel.text(r)}"
     queued = [n for m in seen if m["msg_type"] in ("comm_open", "comm_msg")
               for n in m["content"]["data"].get("state", {}).get("snapshot", {}).get("notices", [])]
     assert any(n.startswith("queued: waiting for the kept ranks: run ") for n in queued), queued

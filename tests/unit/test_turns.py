@@ -125,3 +125,23 @@ def test_a_full_pool_holds_a_run_until_its_deadline(pool):
     turns = Turns()
     assert turns.wait(Ticket(1, 2, pool), lambda: 2) == "go"
     assert turns.wait(Ticket(2, 1, pool), lambda: 2, deadline=time.time()) == "timeout"
+
+
+def test_kept_ranks_not_up_yet_with_a_cell_in_line_are_the_notebooks_for_the_next_cell():
+    """A background kept cell starts its ranks on its own thread; until then, the next cell must find the same kept
+    ranks (and wait its turn on them), not start others of its own (seen in CI: the next cell ran first, elsewhere)."""
+    from jupyter_torchdist.core.options import RunOptions
+    from jupyter_torchdist.kernel.kept.ranks import Ranks, notebook_ranks, set_notebook_ranks
+    from jupyter_torchdist.kernel.runs.turns import turns
+
+    ranks = Ranks.for_options(RunOptions(n=2, local=True))
+    set_notebook_ranks(ranks)
+    try:
+        assert notebook_ranks() is None, "nothing in line, nothing up: no kept ranks"
+        queued = Ticket(1, 1, ranks.turn_pool, what="turn")
+        turns.join(queued)   # the background cell, submitted
+        assert notebook_ranks() is ranks
+        turns.leave(queued)
+        assert notebook_ranks() is None
+    finally:
+        set_notebook_ranks(None)

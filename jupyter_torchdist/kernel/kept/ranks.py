@@ -88,8 +88,10 @@ class Ranks:
 
     @property
     def alive(self) -> bool:
-        """Up, or lost and to be restarted at the next call (``max_restarts``)."""
-        return self._up is not None or self._lost is not None
+        """Up, lost and to be restarted at the next call (``max_restarts``), or not up yet with cells in line for them
+        (a background cell that starts them does so on its own thread: the cells after it wait for these ranks,
+        they do not start others)."""
+        return self._up is not None or self._lost is not None or bool(self.busy())
 
     @property
     def rank_names(self) -> set[str]:
