@@ -218,21 +218,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     finally:
-        _send_records()
+        from .tracking.shipper import send_before_exit
+
+        send_before_exit()   # --track: the command ends once its run's record is sent (or kept for the next kernel)
         if "pyspark" in sys.modules:
             from .launchers.session.embedded import stop_embedded_session
 
             stop_embedded_session()
     return 0
-
-
-def _send_records(timeout: float = 30.0) -> None:
-    """--track: the command ends once its run's record is sent (or, its server down, kept for the next kernel)."""
-    from .tracking.shipper import _One, flush
-
-    if _One.shipper is not None and not flush(timeout):
-        print(f"jupyter-torchdist: the run's record is not all sent after {timeout:g} s; it is kept in "
-              f"{_One.shipper.spool} and sent by the next run that tracks", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,8 @@ from ..core.trackers import REGISTRY
 from .sinks import address, imported, new_sinks, sink_class
 from .sink import Down, Sink
 
-__all__ = ["Shipper", "shipper", "flush", "resume", "mlflow_run_id", "tracking", "Down", "GROUP_MAX", "_groups"]
+__all__ = ["Shipper", "shipper", "flush", "send_before_exit", "resume", "mlflow_run_id", "tracking", "Down",
+           "GROUP_MAX", "_groups"]
 
 # How often a run's new records are sent while it trains (its end wakes the shipper at once): a few calls a run, not
 # one a step, so even a server on the ranks' own host costs them little.
@@ -336,3 +337,12 @@ def flush(timeout: float = 30.0) -> bool:
     """Wait until every run this kernel recorded so far has reached its trackers (at most ``timeout`` seconds); True
     when it has. Records a server did not take stay on disk and are sent later (by this kernel, or the next one)."""
     return True if _One.shipper is None else _One.shipper.flush(timeout)
+
+
+def send_before_exit(timeout: float = 30.0) -> None:
+    """A process about to exit (the command line's run, a detached run's runner) sends what its runs recorded first:
+    the shipper's thread dies with the process. What a server did not take within ``timeout`` stays on disk, said."""
+    one = _One.shipper
+    if one is not None and not one.flush(timeout):
+        print(f"jupyter-torchdist: the run's record is not all sent after {timeout:g} s; it is kept in {one.spool} "
+              "and sent by the next run that tracks", file=sys.stderr)

@@ -71,6 +71,18 @@ def _runner_pid(tmp_path: Path, run_id: str) -> int:
     return int(json.loads(said.read_text())["pid"])
 
 
+def _assert_tensorboard_record(runs: Path) -> None:
+    """``--track tensorboard`` of a run whose kernel died: its runner wrote the steps and the HParams session's end."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    folders = [p for p in runs.iterdir() if p.is_dir()] if runs.exists() else []
+    assert len(folders) == 1, f"one run's folder under {runs}: {folders}"
+    events = EventAccumulator(str(folders[0]))
+    events.Reload()
+    assert len(events.Scalars("loss")) >= 2, "the steps rank 0 reported, recorded"
+    assert "_hparams_/session_end_info" in events.PluginTagToContent("hparams"), "the run's end, recorded"
+
+
 def _listed_step(tmp_path: Path, run_id: str) -> float:
     """The run's step as ``jupyter-torchdist runs --json`` lists it (the runs panel's API, from a terminal)."""
     env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime")}
@@ -86,7 +98,8 @@ def test_a_detached_run_trains_on_after_its_kernel_is_killed_and_a_later_kernel_
     first = _kernel(tmp_path, "notebook", notebook="train.ipynb")
     try:
         finish = tmp_path / "finish"
-        run_id = _handed(first, CELL.format(finish=str(finish)), "local_run")   # local processes of its runner
+        tracked = CELL.replace("--detach", "--detach --track tensorboard")   # its runner keeps the record
+        run_id = _handed(first, tracked.format(finish=str(finish)), "local_run")   # local processes of its runner
         spark_id = _handed(first, CELL.replace(" --local", "").format(finish=str(finish)), "spark_run")  # the default:
         runner, sparker = _runner_pid(tmp_path, run_id), _runner_pid(tmp_path, spark_id)  # its runner's own session
         training = first.ok("import time\nend = time.time() + 150\nwhile time.time() < end and not all(any(x.get("
@@ -132,6 +145,7 @@ def test_a_detached_run_trains_on_after_its_kernel_is_killed_and_a_later_kernel_
         assert all_gone({runner}, 30.0), "the runner outlived its run"
         report = tmp_path / "notebook" / f"train.run-{run_id}.html"
         assert report.exists() and "succeeded" in report.read_text().lower(), "the report is saved beside the notebook"
+        _assert_tensorboard_record(tmp_path / "notebook" / "runs")
         swept = later.ok(f"s = jt.attach('{sweep_id}')\ns.wait(150)\nprint(type(s).__name__, s.state, sorted((r['lr'], "
                          "r['state'], r['value']) for r in s.rows()), s.best()['lr'])", timeout=180)
         assert swept == "DetachedSweep done [(0.1, 'done', 1.0), (0.2, 'done', 2.0)] 0.1", swept

@@ -81,10 +81,20 @@ def main(argv: list[str] | None = None, publish: Publish | None = None) -> int:
             pass   # the outcome says it
         _write_outcome(folder, handle, frames, sweep=bool(spec.get("sweep")))
         _save_report(spec, run_id, frames)
+        _send_records()
         server.close()
         if publisher is not None:
             publisher.close("its runner's end")
     return 0
+
+
+def _send_records() -> None:
+    """--track: the runner's record of the run reaches its trackers before the runner exits (its shipper's thread
+    would die with it; TensorBoard's files would lack the run's end until a kernel sent it)."""
+    if "jupyter_torchdist.tracking.shipper" in sys.modules:   # only a tracked run started one
+        from ...tracking.shipper import send_before_exit
+
+        send_before_exit()
 
 
 def _spec(folder: Held) -> dict[str, Any]:
