@@ -6,8 +6,9 @@ the Spark backend's modules (``spark*``), when a run chooses it.
 """
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 from ..core.options import RunOptions
 from .base import Capacity, DataPlane, Launcher
@@ -16,7 +17,13 @@ from .base import Backend, backend_for, backends, register, unregister
 
 __all__ = ["Launcher", "Capacity", "DataPlane", "Backend", "register", "unregister", "backends", "backend_for",
            "launcher_for", "data_plane", "on_load", "on_unload", "guard_interrupts", "may_use_spark", "stand_in",
-           "detach_target", "join_connect"]
+           "detach_target", "join_connect", "WARMUP_ENV", "warm_up_on", "start_process_server"]
+
+WARMUP_ENV: Final = "JUPYTER_TORCHDIST_WARMUP"  # "0": %load_ext starts nothing (no process server, no Spark)
+
+
+def warm_up_on() -> bool:
+    return os.environ.get(WARMUP_ENV, "1") != "0"
 
 
 def _connect(options: RunOptions) -> bool:
@@ -86,6 +93,21 @@ def data_plane(session: Any) -> DataPlane:
     from .spark_data import SparkDataPlane
 
     return SparkDataPlane(session)
+
+
+def start_process_server() -> None:
+    """``%load_ext``, before anything else of the extension loads: the local process server, where the first runs
+    go, starts importing torch (about 2 s, the whole of a first cell's wait) while the kernel loads the magics and the
+    notebook sends its next cell. Not with the warm-up off, nor when the notebook already has a Spark session of its
+    own (classic or Connect: runs go there), as ``on_load`` decides."""
+    if not warm_up_on():
+        return
+    from .session.notebook import connect_session, own_classic_session
+
+    if connect_session() is None and own_classic_session() is None:
+        from .local_server import get_zygote
+
+        get_zygote()
 
 
 def on_load(warm: bool, busy_runs: Callable[[], list[str]] = lambda: []) -> None:

@@ -13,6 +13,7 @@ Here every run carries the kernel's current directory, ``sys.path`` and environm
 from __future__ import annotations
 
 import functools
+import gc
 import os
 import queue
 import signal
@@ -20,6 +21,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 import traceback
 from collections.abc import Callable
 from multiprocessing.connection import Connection, wait
@@ -30,7 +32,8 @@ from ..rank.forking import RankProcess, describe_status, fork_rank
 
 __all__ = ["Zygote", "zygote_main", "get_zygote", "stop_zygote", "zygote_pid", "zygote_if_running"]
 
-_BOOT = "from jupyter_torchdist.launchers.local_server import zygote_main; zygote_main({fd})"
+# The collector stays off until the imports are done (``rank.agent.preload``), ours included.
+_BOOT = "import gc; gc.disable(); from jupyter_torchdist.launchers.local_server import zygote_main; zygote_main({fd})"
 
 
 def _preload() -> None:
@@ -38,6 +41,8 @@ def _preload() -> None:
     from ..rank import agent
 
     agent.preload()  # torch, torch.distributed, DDP and the modules DDP imports lazily, the rank runtime
+    gc.freeze()      # out of the collector for good: ranks forked from here never walk (nor write) torch's objects
+    gc.enable()
 
 
 def _agent_body(close_fds: list[int], plan: RunPlan, rank: int, gpu: str | None, ctx: dict[str, Any]) -> int:
@@ -136,6 +141,7 @@ class Zygote:
         self.dead: str | None = None
         self.ready = threading.Event()  # torch and the rank runtime imported: a run starts at once
         self.asked = False              # an explicit --local run used it (so it is kept when idle)
+        self.started_at, self.ready_at = time.time(), 0.0  # where a new notebook's first seconds go
         self._fatal = ""
         threading.Thread(target=self._write, name="jtd-zygote-send", daemon=True).start()
         self._reader = threading.Thread(target=self._read, name="jtd-zygote-recv", daemon=True)
@@ -172,6 +178,7 @@ class Zygote:
                 self._fatal = msg[1]
                 continue
             if msg[0] == "ready":
+                self.ready_at = time.time()
                 self.ready.set()
                 continue
             with self._lock:

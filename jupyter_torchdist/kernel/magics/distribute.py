@@ -1,7 +1,6 @@
 """The IPython magics: parse, compile, run, show. Only wiring; each step lives in its own module."""
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from IPython.core.error import UsageError
@@ -9,7 +8,7 @@ from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
 from traitlets import Float, Int, Unicode, observe
 
 from ...core.errors import OptionsError
-from ...launchers import guard_interrupts, limits, may_use_spark, on_load, on_unload
+from ...launchers import guard_interrupts, limits, may_use_spark, on_load, on_unload, warm_up_on
 from ...core.options import RunOptions, options_help, parse_options
 from ...core.track_options import TRACK_ENV, configure_default
 from ...views import make_view
@@ -25,7 +24,6 @@ from ...tracking.shipper import resume as resume_tracking
 
 __all__ = ["DistributeMagics", "load", "unload"]
 
-WARMUP_ENV = "JUPYTER_TORCHDIST_WARMUP"
 
 
 def _cell_number(shell: Any) -> int:
@@ -204,7 +202,7 @@ def load(ipython: Any) -> None:
         magics._track_changed()
     control.register(ipython)  # the live view's Stacks control reaches the kernel while a cell runs
     ipython.events.register("pre_run_cell", _activate_embedded_session)
-    on_load(warm=os.environ.get(WARMUP_ENV, "1") != "0", busy_runs=_background_runs)
+    on_load(warm=warm_up_on(), busy_runs=_background_runs)
     resume_tracking()  # records an earlier kernel could not send (its tracking server was down)
     if _Loaded.watch is None:
         _Loaded.watch = _idle_watch(ipython)
