@@ -145,3 +145,62 @@ def test_kept_ranks_not_up_yet_with_a_cell_in_line_are_the_notebooks_for_the_nex
         assert notebook_ranks() is None
     finally:
         set_notebook_ranks(None)
+
+
+def _kept_in_line(n: int):
+    """The notebook's kept ranks (``-n n``) not up yet, with a background cell's run in line for them."""
+    from jupyter_torchdist.core.options import RunOptions
+    from jupyter_torchdist.kernel.kept.ranks import Ranks, set_notebook_ranks
+    from jupyter_torchdist.kernel.runs.history import new_run
+    from jupyter_torchdist.kernel.runs.turns import turns
+
+    options = RunOptions(n=n, local=True, keep=True, background=True)
+    ranks = Ranks.for_options(options)
+    set_notebook_ranks(ranks)
+    run = new_run("%%distribute --keep --background (a cell on kept ranks)", options)
+    ticket = Ticket(run.number, 1, ranks.turn_pool, what="turn")
+    turns.join(ticket)
+    return ranks, run, ticket
+
+
+def test_a_kept_cell_of_another_size_is_refused_while_a_background_cell_is_still_starting_the_kept_ranks():
+    """Seen in review: ``--keep -n 4`` sent while a ``-n 2`` background cell was starting its ranks ran on 2 ranks,
+    silently; it is refused, naming both sizes, as it is once the ranks are up."""
+    from jupyter_torchdist.core.errors import LaunchError
+    from jupyter_torchdist.core.options import RunOptions
+    from jupyter_torchdist.kernel.kept.ranks import set_notebook_ranks
+    from jupyter_torchdist.kernel.magics.kept import _ranks_for
+    from jupyter_torchdist.kernel.runs.turns import turns
+
+    ranks, run, ticket = _kept_in_line(2)
+    try:
+        with pytest.raises(LaunchError, match=rf"busy with run {run.number} and this cell asks for -n 4, the kept "
+                                              r"ranks are -n 2"):
+            _ranks_for(RunOptions(n=4, local=True, keep=True))
+        assert _ranks_for(RunOptions(n=2, local=True, keep=True, n_explicit=False)) is ranks  # no -n: the same
+    finally:
+        turns.leave(ticket)
+        set_notebook_ranks(None)
+
+
+def test_distribute_stop_stops_a_background_cell_still_in_line_and_nothing_starts_the_ranks_after_it():
+    """Seen in review: ``%distribute_stop`` while a background kept cell was only queued stopped nothing, and that cell
+    then started the ranks. Now the cell is stopped, and the retired ranks refuse to start for anyone."""
+    from jupyter_torchdist.core.errors import RunInterrupted
+    from jupyter_torchdist.kernel.kept.ranks import KeptCell, notebook_ranks, set_notebook_ranks
+    from jupyter_torchdist.kernel.magics.kept import stop_kept
+    from jupyter_torchdist.kernel.pickling import pack
+    from jupyter_torchdist.kernel.runs.turns import turns
+
+    ranks, run, ticket = _kept_in_line(2)
+    try:
+        said = stop_kept()
+        assert said.startswith("stopped the kept ranks before they were up") and f"run {run.number}" in said, said
+        assert run.stop_asked == "%distribute_stop"
+        assert notebook_ranks() is None
+        with pytest.raises(RunInterrupted, match="stopped by %distribute_stop before this cell started"):
+            ranks.ready(KeptCell(pack(len, ([],), {}, max_bytes=1 << 20), ranks.options, "t", "f", ""))
+        assert ranks._up is None
+    finally:
+        turns.leave(ticket)
+        set_notebook_ranks(None)

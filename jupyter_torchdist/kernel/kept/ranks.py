@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ...core.errors import RunFailed
+from ...core.errors import RunFailed, RunInterrupted
 from ...core.options import RunOptions
 from ...views import NullView, RunView
 from ..cell import kept_cell
@@ -66,6 +66,7 @@ class Ranks:
         self._restarts = 0
         self._lost: RunFailed | None = None            # the set broke in a way a restart mends: at the next call
         self.turn_pool = f"kept ranks {next(_numbers)}"  # one cell at a time runs on them (slots.turns)
+        self._retired = False  # %distribute_stop: stopped for good, with the cells in line for them
         _live.add(self)
 
     @classmethod
@@ -126,6 +127,26 @@ class Ranks:
         kept.close()
         return True
 
+    def retire(self) -> list[int]:
+        """``%distribute_stop``: stop the ranks and every cell running or in line for them, and start none again (a
+        background cell still queued, or still starting them on its thread, must not bring them back up after the
+        stop). Returns the numbers of the cells stopped."""
+        from ..runs.history import find
+
+        self._retired = True
+        cells = self.busy()
+        for number in cells:
+            run = find(number)
+            if run is not None:
+                run.stop("%distribute_stop")
+        self.stop()
+        return cells
+
+    def _refuse_if_retired(self) -> None:
+        if self._retired:
+            raise RunInterrupted("stopped by %distribute_stop before this cell started on the kept ranks: run it again "
+                                 "to start new ones")
+
     def turn(self, run: Run) -> Pool:
         """``run``'s turn on these ranks: cells run one at a time, in the order they came, never interleaved."""
         return Pool(Ticket(run.number, 1, self.turn_pool, what="turn"), lambda: 1)
@@ -154,7 +175,11 @@ class Ranks:
         if ranks is None and self._lost is not None:
             ranks = self._restart(quiet=first.options.background)
         if ranks is None:
+            self._refuse_if_retired()
             ranks = self._start(first)
+            if self._retired:  # retired while these started: ``retire`` may have looked before they were there
+                ranks.close()
+                self._refuse_if_retired()
         if run is not None:
             ranks.number, run.where, run.ui_url = run.number, ranks.info.label, ranks.info.ui_url  # this cell's run
             ranks.durable_id = run.id

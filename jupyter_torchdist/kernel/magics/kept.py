@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from ...core.errors import LaunchError
+from ...core.errors import LaunchError, RunInterrupted
 from ...launchers import backend_for, stand_in
 from ...launchers.limits import check_background
 from ...core.options import RunOptions
@@ -38,36 +38,51 @@ def stop_kept() -> str:
     if ranks is None:
         return "no kept ranks are up (a %%distribute --keep cell starts them)"
     info = ranks.describe()
-    ranks.stop()
+    cells = ranks.retire()
     set_notebook_ranks(None)
-    slots = f"; their {info.n} {info.holds} are free" if info is not None and info.holds else ""
-    return f"stopped the {_describe(info) if info else 'kept ranks'}: every rank process has ended{slots}"
+    if info is None:  # still starting, for a background cell: it and the cells after it are stopped, nothing starts
+        return (f"stopped the kept ranks before they were up, and {_cells(cells)} in line for them: "
+                "no rank process is left")
+    slots = f"; their {info.n} {info.holds} are free" if info.holds else ""
+    also = f" ({_cells(cells)} stopped with them)" if cells else ""
+    return f"stopped the {_describe(info)}{also}: every rank process has ended{slots}"
 
 
-def _differs(info: KeptInfo, options: RunOptions) -> str | None:
-    if options.n_explicit and options.n != info.n:
-        return f"this cell asks for -n {options.n}"
-    if options.gpu != info.gpu:
+def _cells(numbers: list[int]) -> str:
+    return ", ".join(f"run {n}" for n in numbers) if numbers else "no cell"
+
+
+def _differs(ranks: Ranks, options: RunOptions) -> str | None:
+    """Why this cell cannot run on the notebook's kept ranks: they are up, or not up yet with cells in line for them
+    (a background cell starting them on its thread), and this cell asks for other ones."""
+    info = ranks.describe()
+    n, gpu = (info.n, info.gpu) if info is not None else (ranks.options.n, ranks.options.gpu)
+    if options.n_explicit and options.n != n:
+        return f"this cell asks for -n {options.n}, the kept ranks are -n {n}"
+    if options.gpu != gpu:
         return "this cell " + ("asks for --gpu" if options.gpu else "runs without --gpu")
     backend = backend_for(options).name
-    if backend != info.backend_name and not (info.stand_in or stand_in(options)):  # started on this machine while
-        # the embedded session started (or with no Java): they stay where they are, as kept ranks on it do
-        return f"this cell runs on the {backend} backend, the kept ranks on the {info.backend_name} backend"
+    theirs, stood_in = ((info.backend_name, info.stand_in) if info is not None
+                        else (backend_for(ranks.options).name, stand_in(ranks.options) is not None))
+    if backend != theirs and not (stood_in or stand_in(options)):  # started on this machine while the embedded
+        # session started (or with no Java): they stay where they are, as kept ranks on it do
+        return f"this cell runs on the {backend} backend, the kept ranks on the {theirs} backend"
     return None
 
 
 def _ranks_for(options: RunOptions) -> Ranks:
     """The kept ranks this cell runs on: the notebook's, unless the cell asks for different ones."""
     ranks = notebook_ranks()
-    info = ranks.describe() if ranks is not None else None
-    why = _differs(info, options) if info is not None else None
+    why = _differs(ranks, options) if ranks is not None else None
     if ranks is not None and why is not None and ranks.busy():
         busy = ranks.busy()[0]
         raise LaunchError(f"the kept ranks are busy with run {busy} and {why}: wait for it (%distribute_wait {busy}) "
                           "or stop it (jupyter_torchdist.runs()[...].stop()) before starting different kept ranks")
-    if ranks is not None and info is not None and why is not None:
+    info = ranks.describe() if ranks is not None else None
+    if ranks is not None and why is not None:
         ranks.stop()
-        print(f"jupyter-torchdist: stopped the {_describe(info)} ({why}); their state is gone. Starting new ones.")
+        print(f"jupyter-torchdist: stopped the {_describe(info) if info else 'kept ranks'} ({why}); their state is "
+              "gone. Starting new ones.")
         ranks = None
     if ranks is None:
         n = options.n if options.n_explicit or info is None else info.n
@@ -125,6 +140,8 @@ class KeptCellDriver(RunDriver):
         return [self.kept.turn(self.run)]
 
     def start_ranks(self, failed: list[Attempt]) -> RankSet:
+        if self.run.stop_asked is not None:  # stopped on its way here (%distribute_stop, run.stop())
+            raise RunInterrupted(f"stopped by {self.run.stop_asked} before it started on the kept ranks")
         title = f"{self.header} (cell {ranks_cells(self.kept) + 1} on kept ranks)"
         return self.kept.ready(KeptCell(self.payload, self.options, title, self.work.filename, self.work.source),
                                self.run)
