@@ -379,7 +379,7 @@ def execute(payload: Packed, options: RunOptions, ranks: RankSet, view: RunView,
         raise
     finally:
         sup.data.close()
-        ranks.end_cell()
+        ranks.end_cell(job_ended=state.job_ended_at is not None)
         result.logs = {r.rank: list(r.logs) for r in state.ranks}
         view.finish(dict(state.snapshot(log_tail=view.log_tail)))
     if error is not None:

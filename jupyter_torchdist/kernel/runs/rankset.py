@@ -9,6 +9,7 @@ from __future__ import annotations
 import queue
 import secrets
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ from .supervisor import SILENCE_S, Supervisor
 __all__ = ["RankSet", "KeptInfo"]
 
 _FRAME_SLACK = 8 << 20  # a frame carries a value plus its message: room above --max-value-mb
+JOB_END_S = 60.0        # a run whose every rank returned: its job has this long to end by itself (_see_job_end)
 _BROKEN_BETWEEN = {(C.AGENT, C.EXIT), (C.BACKEND, C.LOST), (C.BACKEND, C.JOB_END), (C.RANK, C.DISCONNECTED)}
 
 
@@ -171,11 +173,15 @@ class RankSet:
         if sup.broken is not None:
             self.close(wait_s=0.0 if state.job_ended_at is not None else 10.0)
 
-    def end_cell(self) -> None:
-        """The cell is over: a one-shot set's channel closes (its ranks have exited); a kept set stays up."""
+    def end_cell(self, job_ended: bool = True) -> None:
+        """The cell is over: a one-shot set's channel closes (its ranks have exited, or, when every rank returned,
+        are exiting: ``job_ended`` False); a kept set stays up."""
         if not self.keep and not self.closed:
             self.server.close()
             self.closed = True
+            if not job_ended:
+                threading.Thread(target=_see_job_end, args=(self.inbox, self.launcher), name="jtd-job-end",
+                                 daemon=True).start()
 
     # -- between cells and at the end ----------------------------------------------------------------------
     def lost_between_cells(self) -> RankFailure | None:
@@ -241,3 +247,17 @@ def _raised_first(state: RunState) -> int | None:
     """The rank whose own exception failed the cell (its frames are what a post-mortem looks at), if any."""
     primary = [f for f in state.failures.values() if f.kind == "exception" and not f.secondary]
     return min(primary, key=lambda f: (f.at, f.rank)).rank if primary else None
+
+
+def _see_job_end(inbox: queue.SimpleQueue[Inbound], launcher: Launcher) -> None:
+    """After a run whose every rank returned: its launcher's job ends by itself within moments (the ranks exit, their
+    agents too, and with them the Spark tasks); if it has not within ``JOB_END_S``, it is cancelled."""
+    deadline = time.monotonic() + JOB_END_S
+    while (left := deadline - time.monotonic()) > 0:
+        try:
+            ev = inbox.get(timeout=left)
+        except queue.Empty:
+            break
+        if ev.rank < 0 and ev.msg.get("t") == C.JOB_END:
+            return
+    launcher.cancel()
