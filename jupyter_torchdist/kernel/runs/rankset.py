@@ -174,8 +174,8 @@ class RankSet:
             self.close(wait_s=0.0 if state.job_ended_at is not None else 10.0)
 
     def end_cell(self, job_ended: bool = True) -> None:
-        """The cell is over: a one-shot set's channel closes (its ranks have exited, or, when every rank returned,
-        are exiting: ``job_ended`` False); a kept set stays up."""
+        """The cell is over: a one-shot set's channel closes (its ranks have exited; when every rank returned, its
+        launcher's job may not have ended yet: ``job_ended`` False); a kept set stays up."""
         if not self.keep and not self.closed:
             self.server.close()
             self.closed = True
@@ -250,8 +250,8 @@ def _raised_first(state: RunState) -> int | None:
 
 
 def _see_job_end(inbox: queue.SimpleQueue[Inbound], launcher: Launcher) -> None:
-    """After a run whose every rank returned: its launcher's job ends by itself within moments (the ranks exit, their
-    agents too, and with them the Spark tasks); if it has not within ``JOB_END_S``, it is cancelled."""
+    """After a run whose every rank returned and exited: its launcher's job ends by itself within moments (the agents
+    exit, and with them the Spark tasks); if it has not within ``JOB_END_S``, it is cancelled."""
     deadline = time.monotonic() + JOB_END_S
     while (left := deadline - time.monotonic()) > 0:
         try:

@@ -63,6 +63,7 @@ class Supervisor:
         self.first_failure_at: float | None = None
         self.cancelled = False
         self.released = False
+        self.released_live = False  # released with every rank connected: their results came live (``returned``)
         self.dirty = True
         self.last_frame = 0.0
         self.frame_s = FRAME_S  # the view may ask for a slower pace (its byte budget)
@@ -128,6 +129,7 @@ class Supervisor:
     def _release(self, ranks: Any) -> None:
         """Every rank has ended its cell: let them exit (none may go while a peer still needs it)."""
         self.released = True
+        self.released_live = self.stop_at is None and len(self.server.connected(C.RANK)) == self.state.world_size
         for rank in ranks:
             self.server.send(rank, C.RANK, {"t": C.RELEASE})
 
@@ -182,12 +184,12 @@ class Supervisor:
         return self.state.settled or now - ended > SETTLE_GRACE_S
 
     def returned(self) -> bool:
-        """Every rank returned its cell's result and was let go: the run has its outcome, and nobody need wait for
-        the rest. The ranks exit by themselves (and their agents kill whatever they left once the channel closes);
-        the launcher's job then ends on its own (``RankSet.end_cell`` sees that it does). Waiting for those ends
-        cost a one-shot run a third of its time: a rank's exit takes tens of milliseconds (its address space goes),
-        then its agent's, then the Spark task's and job's ends."""
-        return self.released and self.stop_at is None and not self.state.failures \
+        """Every rank returned its cell's result over the live channel, and each rank's agent has seen its process end:
+        the run has its outcome and no rank process is left, so nobody need wait for the launcher's job to end (the
+        agents' own exits, then the Spark tasks' and job's: tens of milliseconds of a rerun's 200). The job ends by
+        itself; ``RankSet.end_cell`` sees that it does. A run whose results were replayed from an offline record
+        (``launchers/connect.py``) waits for the job's end, which carries what the notebook must be told."""
+        return self.released_live and self.stop_at is None and not self.state.failures and self.state.settled \
             and all(r.state == "done" for r in self.state.ranks)
 
     def tick(self, now: float) -> None:
