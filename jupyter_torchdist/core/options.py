@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from .errors import OptionsError
 from .search_options import add_search_options, check_search
 from .track_options import add_track_options, bare_profile, check_track, default_trackers
-from .space import Space, parse_space
+from .space import Space, merge_spaces, parse_space
 
 __all__ = ["RunOptions", "OptionsError", "parse_options", "parse_argv", "options_help", "option_arity", "MAGIC_PROG",
            "CLI_PROG"]
@@ -349,11 +349,11 @@ def _add_background_options(p: _Parser) -> None:
                         "down: jupyter_torchdist.attach(ID) or %%distribute_attach ID in any later kernel gives its "
                         "handle, view and value (kept 7 days). On this machine (--local, the embedded default) or a "
                         "Spark Connect session")
-    p.add_argument("--sweep", type=_sweep_space, default=(), metavar='"NAME=[V1, V2]; NAME=loguniform(A, B); ..."',
+    p.add_argument("--sweep", type=_sweep_space, action="append", metavar='"NAME=[V1, V2]; NAME=loguniform(A, B); ..."',
                    help="(notebook) run the cell once per member of this space, each name set as a global, as "
                         "background runs: lists make a grid (every combination); loguniform(A, B), uniform(A, B), "
-                        "int(A, B) and choice(X, Y) are drawn --trials times. The value is a sweep handle (wait(), "
-                        "results(), best(), stop())")
+                        "int(A, B) and choice(X, Y) are drawn --trials times. Given more than once, the names add up "
+                        "(each name once). The value is a sweep handle (wait(), results(), best(), stop())")
     p.add_argument("--concurrent", type=_whole_number, metavar="K",
                    help="(with --sweep) at most K of the sweep's runs at once (default: as many as the task slots "
                         "allow; with --local, the cores / ranks)")
@@ -379,6 +379,7 @@ def option_arity(flag: str, prog: str = MAGIC_PROG) -> int | None:
 def parse_argv(argv: list[str], prog: str = MAGIC_PROG) -> RunOptions:
     """Parse split arguments into validated options (the command line refuses the cell-only ones)."""
     values = vars(_PARSERS[prog].parse_args(bare_profile(argv)))
+    values["sweep"] = merge_spaces(values.get("sweep") or ())  # --sweep given twice: both, never the last alone
     values["script"] = tuple(values.get("script") or ())
     values["pip"] = tuple(values.get("pip") or ())
     values["n_explicit"] = values["n"] is not None

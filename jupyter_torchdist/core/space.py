@@ -13,7 +13,7 @@ import math
 import numbers
 import random
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, cast
 
@@ -204,6 +204,14 @@ def parse_space(text: str) -> Space:
     ``(("lr", LogUniform(0.0001, 0.1)), ("batch", (32, 64)))``; a grid's text gives what ``parse_grid`` gives."""
     pairs = [(name, _entry(part, name, expr)) for part, name, expr in _parts(text)]
     return check_space(dict(_unique(pairs)))
+
+
+def merge_spaces(spaces: Sequence[Space]) -> Space:
+    """Several ``--sweep`` texts as one space, in the order given: a name given in two of them is refused, as it is
+    within one."""
+    if len(spaces) <= 1:
+        return spaces[0] if spaces else ()
+    return check_space(dict(_unique([pair for space in spaces for pair in space])))
 
 
 def check_space(space: Mapping[str, Any]) -> Space:

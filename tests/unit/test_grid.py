@@ -55,3 +55,12 @@ def test_the_command_line_refuses_what_gives_a_notebook_a_handle():
     with pytest.raises(OptionsError, match="the command line waits for its run"):
         parse_argv(["--background", "train.py"], CLI_PROG)
     assert parse_options("--background train.py").script == ("train.py",)  # %distribute --background train.py
+
+
+def test_sweep_given_twice_adds_its_names_and_a_name_given_twice_is_refused():
+    """Seen in review: a second --sweep replaced the first, silently dropping its names."""
+    options = parse_options('-n 2 --sweep "lr=[0.1, 0.01]" --sweep "batch=[32, 64]; wd=loguniform(1e-5, 1e-3)" '
+                            '--trials 4')
+    assert [name for name, _ in options.sweep] == ["lr", "batch", "wd"] and options.sweep[0] == ("lr", (0.1, 0.01))
+    with pytest.raises(OptionsError, match="the sweep names lr more than once"):
+        parse_options('--sweep "lr=[1]" --sweep "lr=[2]"')
