@@ -404,3 +404,22 @@ def test_only_hosts_whose_ranks_went_silent_while_others_were_heard_are_given_up
         everyone.apply(r, "rank", {"t": "hello", "host": f"h{r}", "ip": f"10.0.0.{r + 1}", "pid": 2}, 100.0)
     gone = everyone.lose_silent(111.0, 10.0)
     assert len(gone) == 2 and everyone.lost_hosts(gone) == set()  # nothing heard at all: maybe our side's fault
+
+
+def test_a_peers_echo_after_the_users_stop_is_that_rank_stopped_not_the_runs_root_cause():
+    """Seen in CI (tests/browser/test_stacks.py): Stop killed rank 1 first, and rank 0, waiting in all_reduce, raised
+    gloo's "Connection closed by peer" before its own kill came; the report named that traceback the root cause and
+    said rank 0 had "failed" instead of where it was. After a failure's stop, the same echo stays a failure."""
+    echo = {"t": "failed", "summary": "RuntimeError: [gloo/transport/tcp/pair.cc:553] Connection closed by peer "
+            "[127.0.0.1]:3717", "traceback": "", "at": 11.0}
+    for reason in ("interrupted", "timeout"):
+        st = RunState(2, title="t", started_at=0.0)
+        st.apply(0, "rank", {"t": "state", "state": "running"}, 1.0)
+        st.begin_stop(reason, 10.0)
+        st.apply(0, "rank", echo, 11.0)
+        assert st.ranks[0].state == "stopped" and not st.failures, reason
+    st = RunState(2, title="t", started_at=0.0)
+    st.apply(1, "rank", {"t": "failed", "summary": "ValueError: bad", "traceback": "", "at": 9.0}, 9.0)
+    st.begin_stop("failed", 10.0)
+    st.apply(0, "rank", echo, 11.0)
+    assert st.ranks[0].state == "failed" and st.failures[0].secondary and not st.failures[1].secondary

@@ -192,14 +192,19 @@ class RankState:
         self.state, self.ended_at = "done", msg.get("at") or at
         return True
 
-    def on_failed(self, msg: C.FailedMsg, at: float, *, stopping: bool) -> RankFailure | None:
-        """The cell raised. Interrupted while the run is ``stopping``: we asked for it, stopped (None)."""
+    def on_failed(self, msg: C.FailedMsg, at: float, *, stopping: bool, stopped_by_user: bool = False) \
+            -> RankFailure | None:
+        """The cell raised. Interrupted while the run is ``stopping``: we asked for it, stopped (None). So is an echo of
+        a peer's end (gloo's "Connection closed by peer") once the user stopped the run (``stopped_by_user``: a Stop,
+        an interrupt, a timeout): the peer was killed first, and this rank would have been the next moment. Its place
+        before the stop is what the report says, not a traceback of the stop's making as the run's root cause."""
         when = msg.get("at") or at
-        if msg.get("interrupted") and stopping and not self.ended:
+        summary, tb = msg.get("summary", "failed"), msg.get("traceback", "")
+        secondary = is_secondary(summary, tb)
+        if stopping and not self.ended and (msg.get("interrupted") or (stopped_by_user and secondary)):
             self.state, self.ended_at = "stopped", when
             return None
-        summary, tb = msg.get("summary", "failed"), msg.get("traceback", "")
-        return RankFailure(self.rank, self.where, "exception", summary, tb, when, is_secondary(summary, tb))
+        return RankFailure(self.rank, self.where, "exception", summary, tb, when, secondary)
 
     # -- what its agent says ----------------------------------------------------------------------------
     def on_agent_hello(self, msg: C.AgentHelloMsg, at: float) -> None:

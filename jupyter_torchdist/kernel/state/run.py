@@ -76,7 +76,8 @@ class RunState(RunLifecycle):
             self._result(rs, msg, at)
         elif msg["t"] == C.FAILED:
             if not self._other_cell(msg.get("cell")):
-                self.record(rs, rs.on_failed(msg, at, stopping=self.stop_reason is not None))
+                self.record(rs, rs.on_failed(msg, at, stopping=self.stop_reason is not None,
+                                             stopped_by_user=self.stop_reason in ("interrupted", "timeout")))
         elif msg["t"] == C.DATA_OPEN or msg["t"] == C.DATA_DONE:
             pass  # batches(): the data service answers it; the rank's usage shows its wait
         elif msg["t"] == C.COMMIT:
