@@ -19,6 +19,7 @@ from ..core import contract as C
 from ..channel import protocol as P
 from ..channel.handshake import Stream, connect
 from ..core.contract import RunPlan
+from ..core.travel import local_versions
 from .forking import RankProcess, cuda_touched, describe_status, fork_rank, spawn_rank
 from .main import rank_main
 
@@ -95,9 +96,41 @@ def preload() -> None:
                 __import__(optional)
             except Exception:
                 pass
+        _warm_first_step()
+        local_versions()  # each rank compares them with the kernel's: read from the packages' records once, here
     finally:
         if collecting:
             gc.enable()
+
+
+_warmed = False
+
+
+def _warm_first_step() -> None:
+    """Take one training step here, on a throwaway model, so that every rank forked from this process skips what a
+    first step sets up lazily (each ``torch._disable_dynamo`` function's wrapper on its first call, the optimizers'
+    profiling hooks): 10-15 ms of a forked rank's first cell. Once per process; the random state is left as it was
+    (a rank that does not seed draws what it would have). CPU-only torch builds only: elsewhere the first backward
+    asks the GPU driver how many devices there are, and a process that did cannot fork ranks that use the GPU."""
+    global _warmed
+    import torch
+
+    if _warmed or torch.version.cuda is not None or torch.version.hip is not None or \
+            getattr(torch.version, "xpu", None) is not None:
+        return
+    _warmed = True
+    state = torch.random.get_rng_state()
+    try:
+        torch.manual_seed(torch.initial_seed())
+        model = torch.nn.Linear(2, 1)
+        for opt in (torch.optim.SGD(model.parameters(), lr=0.1), torch.optim.Adam(model.parameters())):
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(model(torch.ones(1, 2)), torch.zeros(1, 1)).backward()  # type: ignore[no-untyped-call]
+            opt.step()
+    except Exception:
+        pass  # a warm-up only: the ranks do the same themselves
+    finally:
+        torch.random.set_rng_state(state)
 
 
 def _start_rank(plan: RunPlan, rank: int, gpu: str | None) -> RankProcess:

@@ -62,6 +62,8 @@ class RankClient:
 
     ``send_final`` puts a cell's last messages behind everything already queued and waits until
     the sender has written them: the kernel then has the cell's whole log before its outcome.
+    Otherwise a batch goes at most once an ``interval``, the first after a quiet spell included:
+    only ``urgent`` messages (a request the rank waits on) and ``send_final`` go at once.
     """
 
     def __init__(self, sock: Stream, world_size: int = 1, *, every_point: bool = False) -> None:
@@ -150,9 +152,13 @@ class RankClient:
                     break
                 # With something queued the sender wakes at its time anyway: a post need not wake it (a rank's
                 # every report() would otherwise be a thread switch), only an urgent one or send_final does.
-                self._asleep = not queued
+                idle = self._asleep = not queued
                 self._cond.wait(left if queued else None)
                 self._asleep = False
+                if idle and not self._urgent:  # the first message after a quiet spell waits its interval too:
+                    not_before = max(not_before, time.monotonic() + self.interval)  # a short cell's start, output
+                    # and outcome then reach the kernel in one frame (send_final's), not three, each of them waking
+                    # the kernel on the cores the cell's collectives need (a kept all_reduce cell: 1 ms of its 3)
             if not (self._progress or self._logs or self._finals or self._usage):
                 return None
             usage: list[C.RankMessage] = [self._usage] if self._usage is not None else []

@@ -152,17 +152,39 @@ def _top_names(folder: str, entries: tuple[str, ...]) -> set[str]:
     return names
 
 
+def _refresh_finders(paths: list[str]) -> None:
+    """Import anew from the run's folders: the finders cached for them (they now load through ``_source_hook``; an
+    environment inside them, a project's .venv, keeps its own), for relative entries (the working directory changes)
+    and for paths that had none are forgotten, and the meta path's own finders told. Only those, not
+    ``importlib.invalidate_caches()``: that frees a forked worker's every inherited finder (10 ms) and re-reads the
+    directory of each zip and jar on a Spark worker's path (150 ms); the rest check their folders' times anyway."""
+    roots = tuple({p for path in paths for p in (path, os.path.realpath(path))})
+
+    def ours(path: str) -> bool:
+        return any(path == r or path.startswith(r + os.sep) for r in roots)
+
+    for key, finder in list(sys.path_importer_cache.items()):
+        if finder is None or not os.path.isabs(key) or (
+                not _installed(key) and (ours(key) or ours(os.path.realpath(key)))):
+            del sys.path_importer_cache[key]
+    for meta in sys.meta_path:
+        invalidate = getattr(meta, "invalidate_caches", None)
+        if meta is not importlib.machinery.PathFinder and callable(invalidate):
+            invalidate()
+
+
 def _forget(names: set[str], roots: list[str]) -> None:
     """A module of these names that this process imported before (a warm worker that ran the user's code, a stale
     copy) gives way to the run's own: dropped if it came from anywhere but the run's folders, or from them before an
     edit. One imported from there unchanged stays (a worker's startup may have imported it on purpose: patching torch,
     say), and ours, the standard library's and installed packages always stay."""
-    names = {n for n in names if n in sys.modules}  # a package never imported has no submodule imported either
+    names = {n for n in names if n in sys.modules and n != "jupyter_torchdist" and n not in sys.stdlib_module_names}
+    # (a package never imported has no submodule imported either)
     if not names:
         return
     for name in list(sys.modules):
         top = name.split(".")[0]
-        if top not in names or top == "jupyter_torchdist" or top in sys.stdlib_module_names:
+        if top not in names:
             continue
         module = sys.modules[name]
         file = getattr(module, "__file__", None)
@@ -216,8 +238,7 @@ class CodeSetup:
             while path in sys.path:
                 sys.path.remove(path)
             sys.path.insert(0, path)
-        sys.path_importer_cache.clear()
-        importlib.invalidate_caches()
+        _refresh_finders(self.paths)
         _forget(self.names, [os.path.realpath(p) for p in self.paths])
         if self.workdir is not None:
             os.chdir(self.workdir)

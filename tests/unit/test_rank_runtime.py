@@ -1,6 +1,7 @@
 """Unit: the rank-side pieces (output capture, tqdm forwarding, the non-blocking reporter)."""
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -218,3 +219,42 @@ def test_send_final_waits_for_what_was_queued_before_it():
     assert flat[-1]["t"] == "result"
     client.close()
     a.close()
+
+
+def test_a_short_cells_messages_reach_the_kernel_in_one_frame():
+    """The first message after a quiet spell waits the sender's interval too: a short cell's state and its outcome go
+    in send_final's one frame, one wake-up of the kernel instead of two on the cores the cell's collectives need."""
+    a, b = socket.socketpair()
+    client = RankClient(a, world_size=400)  # an interval of a second: no scheduler hiccup passes it
+    time.sleep(0.05)
+    client.post({"t": "state", "state": "running"})
+    time.sleep(0.1)
+    assert client.send_final([{"t": "result", "value": None}], timeout=30)
+    a.shutdown(socket.SHUT_WR)
+    frames: list = []
+    _drain(b, frames)
+    assert [[m["t"] for m in f] for f in frames] == [["state", "result"]]
+    client.close()
+    a.close()
+
+
+def test_the_warm_up_step_leaves_the_random_state_and_forked_ranks_train(monkeypatch):
+    """Ranks forked after ``preload``'s throwaway training step draw the random numbers they would have drawn, and
+    their autograd works (no engine threads were started before the fork)."""
+    import torch
+
+    from jupyter_torchdist.rank import agent
+
+    monkeypatch.setattr(agent, "_warmed", False)
+    torch.manual_seed(1234)
+    torch.rand(3)
+    before, seed = torch.random.get_rng_state(), torch.initial_seed()
+    agent._warm_first_step()
+    assert agent._warmed
+    assert torch.equal(before, torch.random.get_rng_state()) and torch.initial_seed() == seed
+    pid = os.fork()
+    if pid == 0:
+        model = torch.nn.Linear(3, 1)
+        model(torch.ones(2, 3)).sum().backward()
+        os._exit(0 if model.weight.grad is not None else 1)
+    assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
