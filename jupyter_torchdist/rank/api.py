@@ -165,10 +165,11 @@ def preempted() -> bool:
 
 def restore(**objects: Any) -> int:
     """Load the latest commit into ``objects`` (``model=model, optimizer=opt``: the names given to ``commit``) and
-    return its step; 0, with nothing loaded, on a fresh start or outside such a run. Every rank gets the same
-    state. Objects with ``load_state_dict`` load it, tensors are copied into, dicts, lists and sets are refilled in
-    place; anything else cannot be restored (commit it inside a dict). Call it once, after building the objects
-    and before the loop: ``batches()`` epochs then resume where the commit left them (an epoch read to its end
-    yields nothing, the one in progress its remaining batches)."""
+    return its step; 0, with nothing loaded, on a fresh start or outside such a run. Every rank calls it, as it
+    calls ``commit``, and gets the same state (the ranks agree on the commit: one that restored first cannot commit
+    a newer one before its peers have looked). Objects with ``load_state_dict`` load it, tensors are copied into,
+    dicts, lists and sets are refilled in place; anything else cannot be restored (commit it inside a dict). Call it
+    once, after building the objects and before the loop: ``batches()`` epochs then resume where the commit left
+    them (an epoch read to its end yields nothing, the one in progress its remaining batches)."""
     checkpoints = _commits()
     return 0 if checkpoints is None else int(checkpoints.restore(objects))

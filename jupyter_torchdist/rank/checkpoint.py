@@ -13,6 +13,7 @@ import io
 import socket
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from ..core import contract as C
@@ -56,9 +57,11 @@ def _load_into(name: str, obj: Any, saved: Any) -> None:
 class Checkpoints:
     """This rank's commits for one run: the store, the writer thread, what the data plane says of its position."""
 
-    def __init__(self, where: str, rank: int, post: Any, data_position: Any) -> None:
+    def __init__(self, where: str, rank: int, post: Any, data_position: Any,
+                 agree: Callable[[int], int] = lambda latest: latest) -> None:
         self.store, self.rank, self.post = Store(where), rank, post
         self.data_position = data_position      # () -> the batches() positions to commit (the data layer's)
+        self.agree = agree                      # this rank's latest commit -> the one every rank restores
         self.restored: dict[str, Any] | None = None  # the data positions of the commit restored, for batches()
         self._writer: threading.Thread | None = None
         self._error: BaseException | None = None
@@ -106,9 +109,10 @@ class Checkpoints:
         import torch
 
         steps = self.store.steps()
-        if not steps:
+        step = self.agree(steps[-1] if steps else -1)  # a rank that restored first must not commit before its peers
+        if step < 0:                                   # have looked: each would load what it found then
             return 0
-        raw = self.store.read(commit_name(steps[-1]))
+        raw = self.store.read(commit_name(step))
         saved = torch.load(io.BytesIO(raw), map_location="cpu", weights_only=False)
         for name, obj in objects.items():
             if name not in saved["objects"]:

@@ -197,11 +197,23 @@ def _checkpoints(plan: RunPlan, rank: int, client: RankClient) -> None:
         positions = getattr(runtime.data, "positions", None)  # the data layer's, once batches() ran
         return positions() if callable(positions) else {}
 
-    checkpoints = Checkpoints(plan.checkpoint, rank, client.post, data_position)
+    # a commit is told at once: the kernel's word of where a restart resumes must not wait in a rank that dies next
+    checkpoints = Checkpoints(plan.checkpoint, rank, functools.partial(client.post, urgent=True), data_position,
+                              _fewest_steps if plan.world_size > 1 else lambda latest: latest)
     if plan.world_size > 1:
         check_shared(checkpoints.store, rank, plan.world_size, plan.run_id,
                      functools.partial(dist.barrier, group=cpu_group()))
     runtime.checkpoints = checkpoints
+
+
+def _fewest_steps(latest: int) -> int:
+    """The latest commit every rank found (``jt.restore`` is a collective, as ``jt.commit`` is called by every rank)."""
+    import torch
+    import torch.distributed as dist
+
+    agreed = torch.tensor([latest], dtype=torch.int64)
+    dist.all_reduce(agreed, op=dist.ReduceOp.MIN, group=cpu_group())
+    return int(agreed.item())
 
 
 def _kept(plan: RunPlan, rank: int, store: Any, device: str, link: KernelLink, client: RankClient,

@@ -139,3 +139,21 @@ def test_a_commit_restores_state_dicts_and_containers_in_place(tmp_path):
     other.commit(9, {"model": fresh})  # rank 1 never writes: one write per commit
     other.flush()
     assert Store(str(tmp_path)).steps() == [7]
+
+
+def test_every_rank_restores_the_commit_the_ranks_agree_on(tmp_path):
+    """A rank that found a newer commit than a peer (one a faster rank made after restoring) loads the agreed one."""
+    import torch
+
+    from jupyter_torchdist.rank.checkpoint import Checkpoints
+
+    ours = Checkpoints(str(tmp_path), 0, [].append, dict)
+    for step in (1, 2):
+        ours.commit(step, {"w": torch.full((1,), float(step))})
+        ours.flush()
+    asked: list[int] = []
+    late = Checkpoints(str(tmp_path), 1, [].append, dict, agree=lambda latest: asked.append(latest) or 1)
+    w = torch.zeros(1)
+    assert late.restore({"w": w}) == 1 and w.item() == 1.0 and asked == [2]
+    nothing = Checkpoints(str(tmp_path / "fresh"), 1, [].append, dict, agree=lambda latest: latest)
+    assert nothing.restore({"w": w}) == 0
