@@ -116,8 +116,14 @@ class DetachedRun(Handle):
 
     # -- following it ------------------------------------------------------------------------------------------
     def _follow(self) -> None:
+        """Ask every ``POLL_S``; a runner this kernel started is looked at as soon as it exits (its outcome is
+        written then), not up to ``POLL_S`` later."""
+        exited = _exits.get(self.id)
         while not self.done():
-            time.sleep(POLL_S)
+            if exited is not None and exited.wait(POLL_S):
+                exited = None   # once: a runner gone without an outcome is lost at the next look
+            elif exited is None:
+                time.sleep(POLL_S)
             self._look()
 
     def _look(self) -> None:
@@ -372,6 +378,7 @@ def _log_path(run_id: str) -> str:
 
 
 _spawned: dict[str, subprocess.Popen[bytes]] = {}
+_exits: dict[str, threading.Event] = {}   # set when the runner this kernel started has exited
 
 
 def _spawned_alive(run_id: str) -> bool:
@@ -429,8 +436,14 @@ def _hand_over(work: Any, options: RunOptions, sweep: str | None) -> str:
                     stdout=log, stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
             finally:
                 os.close(log)
-    threading.Thread(target=_spawned[run_id].wait, name=f"jtd-detached-reap-{run_id}", daemon=True).start()
+    _exits[run_id] = threading.Event()
+    threading.Thread(target=_reap, args=(run_id,), name=f"jtd-detached-reap-{run_id}", daemon=True).start()
     return run_id
+
+
+def _reap(run_id: str) -> None:
+    _spawned[run_id].wait()
+    _exits[run_id].set()
 
 
 def _clean_quietly(top: Any) -> None:

@@ -69,6 +69,7 @@ def main(argv: list[str] | None = None, publish: Publish | None = None) -> int:
         return 2
     with top, run_folder(top, run_id) as folder:
         spec = _spec(folder)
+        _warm_up(spec)
         folder.write("runner.json", {"pid": os.getpid(), "started": time.time()})
         frames = Frames()
         handle, go = _sweep(spec, frames) if spec.get("sweep") else _run(spec, frames)
@@ -108,6 +109,20 @@ def _spec(folder: Held) -> dict[str, Any]:
         if path not in sys.path:
             sys.path.insert(0, path)
     return spec
+
+
+def _warm_up(spec: Mapping[str, Any]) -> None:
+    """A run on local processes: their server starts importing torch now (nearly all of the runner's start), while
+    the runner imports the rest of itself, as ``%load_ext`` starts it first in a kernel."""
+    from ...launchers import backend_for, stand_in, warm_up_on
+
+    options = spec["options"]
+    if spec.get("connect_url") or not warm_up_on():
+        return
+    if backend_for(options).name == "local" or stand_in(options) is not None:
+        from ...launchers.local_server import get_zygote
+
+        get_zygote()
 
 
 def _run(spec: Mapping[str, Any], frames: Frames) -> tuple[Any, Callable[[], Any]]:
