@@ -71,19 +71,20 @@ def _install() -> None:
     _wrap(agent, "rank_main", "rank.main")
 
 
-def instrumented_rank_task(plan: Any, local_gpus: Any, it: Any) -> Iterator[Any]:
-    """Drop-in for ``_rank_task``: marks, then the original task."""
+def instrumented_rank_task(plan: Any, local_gpus: Any, per_task: int, it: Any) -> Iterator[Any]:
+    """Drop-in for ``_rank_task``: marks, then the original task (this worker's ``_rank_task``: it is patched in the
+    kernel's process only)."""
     entry = time.time()
     from pyspark import BarrierTaskContext
 
     from jupyter_torchdist.launchers import spark as backend
 
     os.makedirs(PROBE_DIR, exist_ok=True)
-    rank = BarrierTaskContext.get().partitionId()
+    rank = BarrierTaskContext.get().partitionId() * per_task
     _ctx().update(run_id=plan.run_id, rank=rank)
     _mark(plan.run_id, rank, "task:entry", entry)
     _install()
-    gen = backend._rank_task(plan, local_gpus, it)
+    gen = backend._rank_task(plan, local_gpus, per_task, it)
     for item in gen:
         _mark(plan.run_id, rank, "task:yield")
         yield item

@@ -71,24 +71,19 @@ PHASES = [
     ("rank 0: group up -> cell starts (unpack payload)", "r0:rank.init_group:end", "fn_start"),
     ("rank 0: the cell itself (DDP, 10 steps)", "fn_start", "fn_end"),
     ("rank 0: cell end -> result sent (pickle value, flush)", "fn_end", "r0:rank.finish:end"),
-    ("rank: result sent -> group destroyed", "last:rank.finish:end", "last:rank.destroy_group:end"),
-    ("rank: group destroyed -> process gone (os._exit, seen by agent)", "last:rank.destroy_group:end",
+    ("rank: result sent -> process gone (released, os._exit, seen by its agent)", "last:rank.finish:end",
      "last:agent.wait:end"),
-    ("agent: rank gone -> task yields (exit report)", "last:agent.wait:end", "last:task:yield"),
-    ("worker: task yields -> task done", "last:task:yield", "last:task:done"),
-    ("worker+JVM: task done -> task end (JVM)", "last:task:done", "jvm:last_task_end"),
-    ("JVM: last task end -> job completed", "jvm:last_task_end", "jvm:job_completed"),
-    ("pyspark: job completed -> JOB_END in kernel (collect, py4j)", "jvm:job_completed", "backend:job_end"),
-    ("kernel: JOB_END -> value returned", "backend:job_end", "kernel:returned"),
+    ("agent: rank gone -> exit reported to the kernel", "last:agent.wait:end", "last:agent:exit"),
+    ("kernel: last exit report -> value returned (the run ends here)", "last:agent:exit", "kernel:returned"),
+    ("after the value: Spark task and job end (JVM)", "last:task:done", "jvm:job_completed"),
     ("TOTAL call -> value returned", "kernel:call", "kernel:returned"),
 ]
-GROUPS = {
-    "kernel (prepare, submit, return)": [0, 1, 20],
+GROUPS = {  # indexes into PHASES; a run ends when every rank returned and its process is gone, before Spark's job
+    "kernel (prepare, submit, return)": [0, 1, 15],
     "pyspark+JVM scheduling (submit -> task entry)": [2, 3, 4],
     "rank start (fork, connect, rendezvous, group)": [5, 6, 7, 8, 9, 10],
     "the cell": [11],
-    "rank end (result, destroy, exit)": [12, 13, 14, 15],
-    "Spark task/job end -> kernel": [16, 17, 18, 19],
+    "rank end (result, exit, exit report)": [12, 13, 14],
 }
 
 
