@@ -231,3 +231,33 @@ def test_a_sweeps_outcome_keeps_its_rows_and_best_and_a_value_that_cannot_travel
     failing = SimpleNamespace(rows=lambda: odd, best=lambda: (_ for _ in ()).throw(ValueError("no finished member")))
     kept, best = cloudpickle.loads(_sweep_outcome(failing)["value"])
     assert kept == [{"lr": 0.1, "state": "done", "value": repr(lock), "run": 1}] and best is None
+
+
+def test_a_runner_this_kernel_started_is_collected_as_soon_as_it_exits(runtime, monkeypatch):
+    """The kernel's thread that reaps the runner it started looks at once (the outcome is written then), not at its
+    next half-second look: with looks an hour apart the value still comes when the runner exits."""
+    import sys
+    import threading
+
+    import cloudpickle
+
+    monkeypatch.setattr(client, "POLL_S", 3600.0)
+    run_id = "333333333333"
+    runner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1)"])
+    top = store.held(create=True)
+    assert top is not None
+    with top, store.run_folder(top, run_id, create=True) as folder:
+        folder.write_bytes("spec.pkl", b"x")
+        folder.write("runner.json", {"pid": runner.pid, "started": time.time()})
+    monkeypatch.setitem(client._spawned, run_id, runner)
+    monkeypatch.setitem(client._exits, run_id, threading.Event())
+    threading.Thread(target=client._reap, args=(run_id,), daemon=True).start()
+    handle = client.attach(run_id)
+    assert not handle.done()   # its runner is alive and has said nothing yet
+    again = store.held()
+    assert again is not None
+    with again, store.run_folder(again, run_id) as folder:   # what the runner leaves just before it exits
+        folder.write_bytes("outcome.pkl", pickle.dumps({"format": 1, "title": "t", "frame": None, "state": "done",
+                                                        "value": cloudpickle.dumps(7)}))
+    assert handle.result(30) == 7
+    runner.wait()
