@@ -94,6 +94,7 @@ def test_breakpoint_on_rank_1_opens_pdb_in_the_notebook_and_c_continues(kernel: 
     assert "_pickle" not in streams and "rank/main.py" not in streams, "w shows the cell, not our machinery"
     assert [o["data"]["text/plain"] for o in r["outputs"] if o["output_type"] == "execute_result"] == ["21.0"]
     assert any(s["ranks"][1].get("paused") == "pdb" for _, s in seen), "the view showed rank 1 paused"
+    assert [r["state"] for r in seen[-1][1]["ranks"]] == ["done", "done"], "the live view's last frame: both done"
 
 
 def test_q_in_pdb_ends_the_run_cleanly(kernel: Kernel):

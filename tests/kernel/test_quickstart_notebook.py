@@ -22,7 +22,11 @@ def test_quickstart_learns_and_returns_losses(executed):
     assert isinstance(losses, list) and len(losses) == 4 and losses[-1] < losses[0]
 
 
-def test_quickstart_leaves_a_report_and_the_live_widget_state(executed):
+def test_quickstart_leaves_a_report_and_no_stale_widget_state(executed):
+    """The report is the cell's output. Whether the live widget showed first depends on how long the ranks ran
+    (``views/live.SHOW_AFTER_S``): a saved notebook keeps its state only if it did, and then its last frame shows
+    both ranks done, never a run still going. That the widget's last frame reaches the notebook at all is tested
+    where the cell certainly outlasts the wait (``test_debug_kernel``)."""
     reports = [o for c in executed.cells for o in c.get("outputs", []) if MIME in o.get("data", {})]
     assert len(reports) == 1
     snap = reports[0]["data"][MIME]
@@ -30,11 +34,11 @@ def test_quickstart_leaves_a_report_and_the_live_widget_state(executed):
     assert all(r["state"] == "done" and r["step"] == r["total"] > 0 for r in snap["ranks"])
     assert all(r["loss_history"] for r in snap["ranks"])
     assert any("epoch 3" in line for _, line in snap["ranks"][0]["log_tail"])
-    state = executed.metadata["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]
-    live = [m["state"]["snapshot"] for m in state.values()
+    kept = executed.metadata.get("widgets", {}).get("application/vnd.jupyter.widget-state+json", {})
+    live = [m["state"]["snapshot"] for m in kept.get("state", {}).values()
             if m["model_name"] == "AnyModel" and m["state"].get("snapshot")]
-    assert live and [r["state"] for r in live[-1]["ranks"]] == ["done", "done"], \
-        "the live view ended showing both ranks done"
+    assert [[r["state"] for r in s["ranks"]] for s in live[-1:]] in ([], [["done", "done"]]), \
+        "a kept live view ends showing both ranks done"
 
 
 def test_the_readmes_first_snippet_runs_as_written_in_a_fresh_notebook():
