@@ -1,6 +1,6 @@
 """Issue 11: kept ranks, side by side in one run.
 
-    python benchmarks/bench_kept.py [--cells 20] [--rounds 3] [--pairs 8] [--steps-seconds 1.5]
+    python benchmarks/bench_kept.py [--cells 20] [--rounds 3] [--pairs 12] [--steps-seconds 1.5]
 
 1. In a real IPython kernel with the live view: a trivial kept cell (``%%distribute --keep`` ``x += 1``) on
    2 ranks, the front end's time from the execute request to the kernel idle again, against a one-shot
@@ -37,7 +37,7 @@ def parse_args() -> argparse.Namespace:
     ap = common.parser(__doc__)
     ap.add_argument("--cells", type=int, default=20, help="kept cells (and API calls) per round")
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--pairs", type=int, default=8, help="kept/one-shot throughput pairs")
+    ap.add_argument("--pairs", type=int, default=12, help="kept/one-shot throughput pairs")
     ap.add_argument("--steps-seconds", type=float, default=1.5, help="steady-state length per throughput run")
     return ap.parse_args()
 
